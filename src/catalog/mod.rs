@@ -1,0 +1,265 @@
+//! Names: every object weir knows, its definition, and who depends on whom.
+//!
+//! Definitions are persisted as JSON in the `catalog` column family, written
+//! synchronously before a DDL statement returns, and loaded at startup.
+
+mod table;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use rocksdb::{DB, WriteBatch, WriteOptions};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, Store, cf, keys};
+
+pub use table::{ColumnDef, Table, TableDef, WatermarkDef};
+
+/// A persisted catalog object.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ObjectDef {
+    Table(TableDef),
+}
+
+impl ObjectDef {
+    pub fn id(&self) -> u64 {
+        match self {
+            ObjectDef::Table(t) => t.id,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            ObjectDef::Table(t) => &t.name,
+        }
+    }
+
+    /// Ids of the objects this one reads from.
+    pub fn depends_on(&self) -> Vec<u64> {
+        match self {
+            ObjectDef::Table(_) => Vec::new(),
+        }
+    }
+}
+
+/// The kinds a user names in DDL and SHOW.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectKind {
+    Table,
+    Source,
+    MaterializedView,
+    View,
+    Sink,
+}
+
+impl ObjectKind {
+    pub fn noun(self) -> &'static str {
+        match self {
+            ObjectKind::Table => "table",
+            ObjectKind::Source => "source",
+            ObjectKind::MaterializedView => "materialized view",
+            ObjectKind::View => "view",
+            ObjectKind::Sink => "sink",
+        }
+    }
+}
+
+/// A live object: its definition plus what is built from it.
+#[derive(Debug, Clone)]
+pub enum Object {
+    Table(Arc<Table>),
+}
+
+impl Object {
+    pub fn def(&self) -> ObjectDef {
+        match self {
+            Object::Table(t) => ObjectDef::Table(t.def.clone()),
+        }
+    }
+
+    pub fn kind(&self) -> ObjectKind {
+        match self {
+            Object::Table(_) => ObjectKind::Table,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        match self {
+            Object::Table(t) => t.def.id,
+        }
+    }
+}
+
+/// The catalog of one node.
+pub struct Catalog {
+    db: Arc<DB>,
+    inner: RwLock<Inner>,
+}
+
+impl std::fmt::Debug for Catalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Catalog")
+            .field("objects", &self.read().by_name.len())
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct Inner {
+    by_name: BTreeMap<String, Object>,
+    next_id: u64,
+}
+
+impl Catalog {
+    /// Load every persisted object.
+    pub fn load(store: &Store) -> Result<Catalog> {
+        let db = store.db().clone();
+        let mut inner = Inner {
+            next_id: 1,
+            ..Inner::default()
+        };
+        if let Some(bytes) = db.get_cf(cf(&db, CF_CATALOG), keys::NEXT_ID_KEY)? {
+            let raw: [u8; 8] = bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::Internal("malformed id sequence".into()))?;
+            inner.next_id = u64::from_be_bytes(raw);
+        }
+        let mut defs = Vec::new();
+        for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), keys::OBJECT_PREFIX) {
+            let (key, value) = entry?;
+            if !key.starts_with(keys::OBJECT_PREFIX) || key.as_ref() == keys::NEXT_ID_KEY {
+                continue;
+            }
+            let def: ObjectDef = serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable catalog entry: {e}")))?;
+            defs.push(def);
+        }
+        defs.sort_by_key(ObjectDef::id);
+        for def in defs {
+            let object = build(def)?;
+            inner.by_name.insert(object_name(&object), object);
+        }
+        Ok(Catalog {
+            db,
+            inner: RwLock::new(inner),
+        })
+    }
+
+    pub fn get(&self, name: &str) -> Option<Object> {
+        self.read().by_name.get(name).cloned()
+    }
+
+    pub fn table(&self, name: &str) -> Option<Arc<Table>> {
+        match self.get(name) {
+            Some(Object::Table(t)) => Some(t),
+            None => None,
+        }
+    }
+
+    /// Every object, in name order.
+    pub fn objects(&self) -> Vec<Object> {
+        self.read().by_name.values().cloned().collect()
+    }
+
+    /// Reserve a fresh object id, persisted so that ids are never reused.
+    pub fn allocate_id(&self) -> Result<u64> {
+        let mut inner = self.write();
+        let id = inner.next_id;
+        inner.next_id += 1;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            keys::NEXT_ID_KEY,
+            inner.next_id.to_be_bytes(),
+            &sync_write(),
+        )?;
+        Ok(id)
+    }
+
+    /// Add an object; its name must be free.
+    pub fn create(&self, def: ObjectDef) -> Result<Object> {
+        let object = build(def.clone())?;
+        let mut inner = self.write();
+        if inner.by_name.contains_key(def.name()) {
+            return Err(Error::DuplicateTable(def.name().to_string()));
+        }
+        let json = serde_json::to_vec(&def)
+            .map_err(|e| Error::Internal(format!("cannot serialise catalog entry: {e}")))?;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            keys::object_key(def.id()),
+            json,
+            &sync_write(),
+        )?;
+        inner.by_name.insert(def.name().to_string(), object.clone());
+        Ok(object)
+    }
+
+    /// Names of the objects that read from `id`.
+    pub fn dependents(&self, id: u64) -> Vec<String> {
+        self.read()
+            .by_name
+            .values()
+            .filter(|o| o.def().depends_on().contains(&id))
+            .map(object_name)
+            .collect()
+    }
+
+    /// Remove objects and their stored data in one atomic write.
+    pub fn drop_objects(&self, objects: &[Object]) -> Result<()> {
+        let mut inner = self.write();
+        let mut batch = WriteBatch::default();
+        for object in objects {
+            batch.delete_cf(cf(&self.db, CF_CATALOG), keys::object_key(object.id()));
+            match object {
+                Object::Table(t) => {
+                    let prefix = keys::table_prefix(t.def.id);
+                    batch.delete_range_cf(
+                        cf(&self.db, CF_ROWS),
+                        &prefix,
+                        &keys::prefix_end(&prefix),
+                    );
+                    let topic = keys::table_prefix(t.def.topic());
+                    batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
+                }
+            }
+        }
+        self.db.write_opt(batch, &sync_write())?;
+        for object in objects {
+            inner.by_name.remove(&object_name(object));
+        }
+        Ok(())
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn object_name(object: &Object) -> String {
+    match object {
+        Object::Table(t) => t.def.name.clone(),
+    }
+}
+
+fn build(def: ObjectDef) -> Result<Object> {
+    match def {
+        ObjectDef::Table(t) => Ok(Object::Table(Arc::new(Table::new(t)?))),
+    }
+}
+
+fn sync_write() -> WriteOptions {
+    let mut options = WriteOptions::default();
+    options.set_sync(true);
+    options
+}

@@ -1,0 +1,129 @@
+//! Tables: the definition users write, and what weir derives from it.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::state::rows::RowCodec;
+use crate::state::writer::Target;
+
+/// A table as persisted in the catalog.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TableDef {
+    pub id: u64,
+    pub name: String,
+    pub columns: Vec<ColumnDef>,
+    /// Indices of the primary key columns, in key order; empty when there is none.
+    pub primary_key: Vec<usize>,
+    /// Rows can only be inserted (a stream).
+    pub append_only: bool,
+    pub watermark: Option<WatermarkDef>,
+    /// Partitions of the table's log topic.
+    pub partitions: u32,
+    /// The CREATE statement as the user wrote it, for SHOW CREATE.
+    pub definition: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ColumnDef {
+    pub name: String,
+    /// The Arrow type, in Arrow's own notation (`Int64`, `Utf8`, ...).
+    pub data_type: String,
+    /// The type as the user wrote it, for DESCRIBE.
+    pub sql_type: String,
+    pub nullable: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WatermarkDef {
+    pub column: String,
+    /// The watermark expression as written, e.g. `date_time - INTERVAL '4' SECOND`.
+    pub expr: String,
+}
+
+impl TableDef {
+    /// The log topic every write to this table goes to. Topics share the id space of objects.
+    pub fn topic(&self) -> u64 {
+        self.id
+    }
+
+    pub fn is_keyed(&self) -> bool {
+        !self.primary_key.is_empty()
+    }
+
+    pub fn arrow_schema(&self) -> Result<Schema> {
+        let fields = self
+            .columns
+            .iter()
+            .map(|c| {
+                let data_type: DataType = c.data_type.parse().map_err(|e| {
+                    Error::Internal(format!("stored type {} unreadable: {e}", c.data_type))
+                })?;
+                Ok(Field::new(&c.name, data_type, c.nullable))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Schema::new(fields))
+    }
+}
+
+/// A table ready for use: its schema and row codec built once.
+pub struct Table {
+    pub def: TableDef,
+    pub schema: SchemaRef,
+    pub codec: RowCodec,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table").field("def", &self.def).finish()
+    }
+}
+
+impl Table {
+    pub fn new(def: TableDef) -> Result<Table> {
+        let schema = Arc::new(def.arrow_schema()?);
+        let codec = RowCodec::new(schema.clone(), &def.primary_key)?;
+        Ok(Table { def, schema, codec })
+    }
+
+    pub fn target(self: &Arc<Self>) -> Target {
+        let table = Arc::clone(self);
+        Target {
+            table: self.def.id,
+            name: self.def.name.clone(),
+            topic: self.def.topic(),
+            partitions: self.def.partitions,
+            constraint: format!("{}_pkey", self.def.name),
+            describe_key: Arc::new(move |key| table.describe_key(key)),
+        }
+    }
+
+    /// A key as PostgreSQL shows it in messages: `(a, b)=(1, x)`.
+    pub fn describe_key(&self, key: &[u8]) -> String {
+        let values = self
+            .codec
+            .decode_key(key)
+            .map(|columns| {
+                columns
+                    .iter()
+                    .map(|c| {
+                        datafusion::arrow::util::display::array_value_to_string(c, 0)
+                            .unwrap_or_else(|_| "?".into())
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_else(|_| "?".into());
+        format!("({})=({values})", self.key_names().join(", "))
+    }
+
+    pub fn key_names(&self) -> Vec<&str> {
+        self.def
+            .primary_key
+            .iter()
+            .map(|i| self.def.columns[*i].name.as_str())
+            .collect()
+    }
+}

@@ -1,0 +1,154 @@
+//! One typed configuration, passed explicitly to everything that needs it.
+//!
+//! Precedence: command-line flags, then `WEIR_*` environment variables, then
+//! the TOML file named by `--config`, then the defaults documented here.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// Everything a node needs to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where pgwire listens. Default `127.0.0.1:6544`.
+    pub listen: SocketAddr,
+    /// Where the HTTP endpoint (`/metrics`) listens. Default `127.0.0.1:6545`.
+    pub http_listen: SocketAddr,
+    /// The data directory: RocksDB lives in `<data_dir>/db`. Default `./weir-data`.
+    pub data_dir: PathBuf,
+    /// Partitions of each new table's log topic. Default 1.
+    pub default_partitions: u32,
+    /// How often sources inject a barrier. Default 100 ms.
+    pub barrier_interval: Duration,
+    /// Take processing time from `ADVANCE CLOCK` instead of the wall clock. Default off.
+    pub manual_clock: bool,
+}
+
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:6545";
+pub const DEFAULT_DATA_DIR: &str = "./weir-data";
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN.parse().expect("constant address parses"),
+            http_listen: DEFAULT_HTTP_LISTEN
+                .parse()
+                .expect("constant address parses"),
+            data_dir: PathBuf::from(DEFAULT_DATA_DIR),
+            default_partitions: 1,
+            barrier_interval: Duration::from_millis(100),
+            manual_clock: false,
+        }
+    }
+}
+
+/// Values given on the command line or in the environment; `None` means unset.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    pub listen: Option<SocketAddr>,
+    pub http_listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub default_partitions: Option<u32>,
+    pub barrier_interval_ms: Option<u64>,
+    pub manual_clock: Option<bool>,
+}
+
+/// The TOML file's shape: the same names as the flags, with underscores.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<SocketAddr>,
+    http_listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    default_partitions: Option<u32>,
+    barrier_interval_ms: Option<u64>,
+    manual_clock: Option<bool>,
+}
+
+impl Config {
+    /// Resolve flags and environment (already merged by the CLI) over an optional file.
+    pub fn resolve(overrides: Overrides, file: Option<&Path>) -> Result<Config> {
+        let file = match file {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        let defaults = Config::default();
+        let barrier_ms = overrides.barrier_interval_ms.or(file.barrier_interval_ms);
+        let config = Config {
+            listen: overrides.listen.or(file.listen).unwrap_or(defaults.listen),
+            http_listen: overrides
+                .http_listen
+                .or(file.http_listen)
+                .unwrap_or(defaults.http_listen),
+            data_dir: overrides
+                .data_dir
+                .or(file.data_dir)
+                .unwrap_or(defaults.data_dir),
+            default_partitions: overrides
+                .default_partitions
+                .or(file.default_partitions)
+                .unwrap_or(defaults.default_partitions),
+            barrier_interval: barrier_ms
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.barrier_interval),
+            manual_clock: overrides
+                .manual_clock
+                .or(file.manual_clock)
+                .unwrap_or(defaults.manual_clock),
+        };
+        if config.default_partitions == 0 {
+            return Err(Error::Config(
+                "default_partitions must be at least 1".into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// Where RocksDB keeps its files.
+    pub fn db_path(&self) -> PathBuf {
+        self.data_dir.join("db")
+    }
+}
+
+fn read_file(path: &Path) -> Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| Error::Config(format!("{}: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_beat_file_and_file_beats_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("weir.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:7000\"\ndata_dir = \"/tmp/x\"\n",
+        )
+        .expect("write");
+        let overrides = Overrides {
+            data_dir: Some(PathBuf::from("/tmp/y")),
+            ..Overrides::default()
+        };
+        let config = Config::resolve(overrides, Some(&path)).expect("resolve");
+        assert_eq!(config.listen.port(), 7000);
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/y"));
+        assert_eq!(config.http_listen.port(), 6545);
+    }
+
+    #[test]
+    fn unknown_file_keys_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("weir.toml");
+        std::fs::write(&path, "lisen = \"127.0.0.1:7000\"\n").expect("write");
+        assert!(Config::resolve(Overrides::default(), Some(&path)).is_err());
+    }
+}

@@ -1,0 +1,10 @@
+//! Log topics: the inputs and outputs of every dataflow.
+//!
+//! Every accepted write is appended to its table's topic before the statement
+//! returns. A topic has partitions; a partition is a sequence of records
+//! addressed by offset. Records are stored in chunks (like Kafka's record
+//! batches): one RocksDB entry per chunk, keyed by the chunk's first offset.
+
+pub mod embedded;
+
+pub use embedded::{Chunk, ChunkEntry};

@@ -1,0 +1,110 @@
+//! The `weir` command: flags -> Config -> telemetry -> serve.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use weir::config::{Config, Overrides};
+use weir::session::Engine;
+
+/// weir: a streaming SQL database server that speaks the Postgres wire protocol.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start a node (the default when no command is given).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct ServeArgs {
+    /// Address for the Postgres wire protocol [default: 127.0.0.1:6544]
+    #[arg(long, env = "WEIR_LISTEN", value_name = "ADDR:PORT")]
+    listen: Option<SocketAddr>,
+    /// Address for the HTTP endpoint serving /metrics [default: 127.0.0.1:6545]
+    #[arg(long, env = "WEIR_HTTP_LISTEN", value_name = "ADDR:PORT")]
+    http_listen: Option<SocketAddr>,
+    /// Directory for all data (RocksDB, the embedded log) [default: ./weir-data]
+    #[arg(long, env = "WEIR_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// TOML file with the same settings; flags and WEIR_* variables override it
+    #[arg(long, env = "WEIR_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Partitions of each new table's log topic [default: 1]
+    #[arg(long, env = "WEIR_DEFAULT_PARTITIONS", value_name = "N")]
+    default_partitions: Option<u32>,
+    /// Milliseconds between barriers (epoch boundaries) [default: 100]
+    #[arg(long, env = "WEIR_BARRIER_INTERVAL_MS", value_name = "MS")]
+    barrier_interval_ms: Option<u64>,
+    /// Take processing time from ADVANCE CLOCK instead of the wall clock (for tests)
+    #[arg(long, env = "WEIR_MANUAL_CLOCK")]
+    manual_clock: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Serve(args)) => args,
+        None => cli.serve,
+    };
+    weir::telemetry::init();
+    let overrides = Overrides {
+        listen: args.listen,
+        http_listen: args.http_listen,
+        data_dir: args.data_dir,
+        default_partitions: args.default_partitions,
+        barrier_interval_ms: args.barrier_interval_ms,
+        manual_clock: args.manual_clock.then_some(true),
+    };
+    let config = Config::resolve(overrides, args.config.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("weir-server")
+        .build()
+        .context("cannot start the async runtime")?;
+    let result = runtime.block_on(serve(config));
+    // Readers still running hold the store; RocksDB must close before the process exits.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    result
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let http = tokio::net::TcpListener::bind(config.http_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.http_listen))?;
+    let engine = Engine::open(config.clone())
+        .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
+    tracing::info!(
+        listen = %config.listen,
+        http_listen = %config.http_listen,
+        data_dir = %config.data_dir.display(),
+        "weir is ready"
+    );
+    let http = tokio::spawn(weir::server::http::run(engine.clone(), http));
+    weir::server::run(engine, listener, shutdown_signal()).await?;
+    http.abort();
+    let _ = http.await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler cannot fail on unix");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

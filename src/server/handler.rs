@@ -1,0 +1,415 @@
+//! pgwire callbacks: turn protocol messages into session calls and outputs
+//! into protocol messages. No SQL semantics live here.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use futures::{Sink, SinkExt, stream};
+use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::cancel::DefaultCancelHandler;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::response::NoticeResponse;
+use pgwire::types::format::FormatOptions;
+use tokio::sync::Mutex;
+
+use crate::error::Error;
+use crate::session::{self, Engine, Metrics, Output, Session};
+use crate::sql::handlers;
+use crate::sql::parser::{self, Statement};
+
+/// The handlers pgwire calls, shared by every connection.
+pub struct Handlers {
+    query: Arc<QueryHandler>,
+    startup: Arc<Startup>,
+    cancel: Arc<DefaultCancelHandler>,
+}
+
+impl Handlers {
+    pub fn new(engine: Arc<Engine>) -> Handlers {
+        let manager = Arc::new(ConnectionManager::new());
+        Handlers {
+            query: Arc::new(QueryHandler {
+                engine: engine.clone(),
+                parser: Arc::new(StatementParser { engine }),
+            }),
+            startup: Arc::new(Startup {
+                manager: manager.clone(),
+            }),
+            cancel: Arc::new(DefaultCancelHandler::new(manager)),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.query.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.query.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
+        self.startup.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.query.clone()
+    }
+
+    fn cancel_handler(&self) -> Arc<impl pgwire::api::cancel::CancelHandler> {
+        self.cancel.clone()
+    }
+}
+
+/// Accepts any user and database without a password.
+struct Startup {
+    manager: Arc<ConnectionManager>,
+}
+
+impl NoopStartupHandler for Startup {
+    fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
+        Some(self.manager.clone())
+    }
+}
+
+pub struct QueryHandler {
+    engine: Arc<Engine>,
+    parser: Arc<StatementParser>,
+}
+
+type SharedSession = Mutex<Session>;
+
+fn session_of<C: ClientInfo>(client: &C) -> Arc<SharedSession> {
+    client
+        .session_extensions()
+        .get_or_insert_with(|| Mutex::new(Session::default()))
+}
+
+fn to_pg_error(e: Error) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(&e)))
+}
+
+fn error_info(e: &Error) -> ErrorInfo {
+    let mut info = ErrorInfo::new("ERROR".to_string(), e.sqlstate().to_string(), e.message());
+    info.detail = e.detail();
+    info.hint = e.hint();
+    info
+}
+
+async fn send_notices<C>(client: &mut C, session: &mut Session) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    for message in session.notices.drain(..) {
+        let info = ErrorInfo::new("NOTICE".to_string(), "00000".to_string(), message);
+        client
+            .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
+                info,
+            )))
+            .await?;
+    }
+    Ok(())
+}
+
+impl QueryHandler {
+    async fn run(
+        &self,
+        session: &mut Session,
+        statement: Statement,
+        params: Option<&datafusion::common::ParamValues>,
+        format: &Format,
+        format_options: Arc<FormatOptions>,
+    ) -> PgWireResult<Response> {
+        Metrics::add(&self.engine.metrics.statements, 1);
+        let output = session::execute(&self.engine, session, statement, params).await;
+        match output {
+            Ok(output) => to_response(output, format, format_options),
+            Err(e) => {
+                Metrics::add(&self.engine.metrics.statement_errors, 1);
+                tracing::debug!(code = e.sqlstate(), error = %e, "statement failed");
+                Err(to_pg_error(e))
+            }
+        }
+    }
+}
+
+fn to_response(
+    output: Output,
+    format: &Format,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<Response> {
+    Ok(match output {
+        Output::Rows {
+            schema,
+            batches,
+            tag,
+        } => {
+            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, Some(options))?);
+            let rows: Vec<_> = batches
+                .into_iter()
+                .flat_map(|batch| encode_recordbatch(fields.clone(), batch))
+                .collect();
+            let mut response = QueryResponse::new(fields, stream::iter(rows));
+            response.set_command_tag(tag);
+            Response::Query(response)
+        }
+        Output::Command { tag, rows } => {
+            let mut t = Tag::new(&tag);
+            if tag == "INSERT" {
+                t = t.with_oid(0);
+            }
+            if let Some(rows) = rows {
+                t = t.with_rows(rows as usize);
+            }
+            Response::Execution(t)
+        }
+        Output::CopyIn { columns } => {
+            Response::CopyIn(CopyResponse::new(0, columns, stream::empty()))
+        }
+        Output::Transaction { tag, begin: true } => Response::TransactionStart(Tag::new(tag)),
+        Output::Transaction { tag, begin: false } => Response::TransactionEnd(Tag::new(tag)),
+    })
+}
+
+#[async_trait]
+impl SimpleQueryHandler for QueryHandler {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let statements = match parser::parse(query) {
+            Ok(statements) => statements,
+            Err(e) => return Err(to_pg_error(e)),
+        };
+        let shared = session_of(client);
+        let mut session = shared.lock().await;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let mut responses = Vec::with_capacity(statements.len());
+        for statement in statements {
+            let result = self
+                .run(
+                    &mut session,
+                    statement,
+                    None,
+                    &Format::UnifiedText,
+                    options.clone(),
+                )
+                .await;
+            send_notices(client, &mut session).await?;
+            match result {
+                Ok(response) => responses.push(response),
+                Err(PgWireError::UserError(info)) => {
+                    responses.push(Response::Error(info));
+                    break;
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(responses)
+    }
+}
+
+/// A prepared statement: parsed once, with the parameter types and result
+/// columns the extended protocol's Describe reports.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    statement: Statement,
+    parameter_types: Vec<Option<DataType>>,
+    schema: Option<SchemaRef>,
+}
+
+pub struct StatementParser {
+    engine: Arc<Engine>,
+}
+
+#[async_trait]
+impl QueryParser for StatementParser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = parser::parse(sql).map_err(to_pg_error)?;
+        if statements.is_empty() {
+            return Ok(None);
+        }
+        if statements.len() > 1 {
+            return Err(to_pg_error(Error::Syntax(
+                "cannot insert multiple commands into a prepared statement".into(),
+            )));
+        }
+        let statement = statements.remove(0);
+        let schema = handlers::output_schema(&self.engine, &statement)
+            .await
+            .map_err(to_pg_error)?;
+        let parameter_types = match &statement {
+            Statement::Query(ast) => handlers::query::parameter_types(&self.engine, ast)
+                .await
+                .map_err(to_pg_error)?,
+            _ => Vec::new(),
+        };
+        Ok(Some(Prepared {
+            statement,
+            parameter_types,
+            schema,
+        }))
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        stmt.parameter_types
+            .iter()
+            .map(|t| match t {
+                Some(t) => into_pg_type(t),
+                None => Ok(Type::UNKNOWN),
+            })
+            .collect()
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Prepared,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match &stmt.schema {
+            Some(schema) => {
+                arrow_schema_to_pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
+            }
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for QueryHandler {
+    type Statement = Prepared;
+    type QueryParser = StatementParser;
+
+    fn query_parser(&self) -> Arc<StatementParser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(
+        &self,
+        client: &mut C,
+        portal: &Portal<Prepared>,
+        _max_rows: usize,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let prepared = &portal.statement.statement;
+        let params = if prepared.parameter_types.is_empty() {
+            None
+        } else {
+            let types: Vec<Option<&DataType>> = prepared
+                .parameter_types
+                .iter()
+                .map(Option::as_ref)
+                .collect();
+            Some(arrow_pg::datatypes::df::deserialize_parameters(
+                portal, &types,
+            )?)
+        };
+        let shared = session_of(client);
+        let mut session = shared.lock().await;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let result = self
+            .run(
+                &mut session,
+                prepared.statement.clone(),
+                params.as_ref(),
+                &portal.result_column_format,
+                options,
+            )
+            .await;
+        send_notices(client, &mut session).await?;
+        result
+    }
+}
+
+#[async_trait]
+impl CopyHandler for QueryHandler {
+    async fn on_copy_data<C>(&self, client: &mut C, copy_data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let shared = session_of(client);
+        let mut session = shared.lock().await;
+        if let Some(copy) = session.copy.as_mut() {
+            copy.data.extend_from_slice(&copy_data.data);
+        }
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let shared = session_of(client);
+        let copy = shared.lock().await.copy.take();
+        let Some(copy) = copy else {
+            return Err(to_pg_error(Error::Internal(
+                "COPY data without a COPY statement".into(),
+            )));
+        };
+        match handlers::copy::finish(&self.engine, copy).await {
+            Ok(Output::Command { tag, rows }) => {
+                let tag = Tag::new(&tag).with_rows(rows.unwrap_or(0) as usize);
+                client
+                    .send(PgWireBackendMessage::CommandComplete(tag.into()))
+                    .await?;
+                Ok(())
+            }
+            Ok(_) => Err(to_pg_error(Error::Internal(
+                "COPY finished without a tag".into(),
+            ))),
+            Err(e) => {
+                Metrics::add(&self.engine.metrics.statement_errors, 1);
+                Err(to_pg_error(e))
+            }
+        }
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        session_of(client).lock().await.copy = None;
+        let info = ErrorInfo::new(
+            "ERROR".to_string(),
+            "57014".to_string(),
+            format!("COPY from stdin failed: {}", fail.message),
+        );
+        PgWireError::UserError(Box::new(info))
+    }
+}

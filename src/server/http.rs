@@ -1,0 +1,77 @@
+//! The HTTP endpoint: `GET /metrics` in Prometheus' text format.
+//!
+//! One endpoint with fixed responses does not justify an HTTP framework's
+//! build time; this reads the request line and answers.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::session::Engine;
+
+pub async fn run(engine: Arc<Engine>, listener: TcpListener) {
+    loop {
+        let Ok((socket, _)) = listener.accept().await else {
+            continue;
+        };
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve(&engine, socket).await {
+                tracing::debug!(cause = %e, "http request failed");
+            }
+        });
+    }
+}
+
+async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
+    let mut buffer = vec![0u8; 4096];
+    let n = socket.read(&mut buffer).await?;
+    let request = String::from_utf8_lossy(&buffer[..n]);
+    let path = request.split_whitespace().nth(1).unwrap_or("/");
+    let (status, content_type, body) = match path {
+        "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics(engine)),
+        "/" => ("200 OK", "text/plain", "weir: see /metrics\n".to_string()),
+        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+    };
+    let response = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    socket.write_all(response.as_bytes()).await?;
+    socket.shutdown().await
+}
+
+fn metrics(engine: &Engine) -> String {
+    let m = &engine.metrics;
+    let counters = [
+        (
+            "weir_statements_total",
+            "Statements executed.",
+            &m.statements,
+        ),
+        (
+            "weir_statement_errors_total",
+            "Statements that returned an error.",
+            &m.statement_errors,
+        ),
+        (
+            "weir_connections_total",
+            "Client connections accepted.",
+            &m.connections,
+        ),
+    ];
+    let mut out = String::new();
+    for (name, help, value) in counters {
+        out.push_str(&format!(
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+            value.load(Ordering::Relaxed)
+        ));
+    }
+    let tables = engine.catalog.objects().len();
+    out.push_str(&format!(
+        "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"
+    ));
+    out
+}

@@ -1,0 +1,59 @@
+//! Bytes: the pgwire listener and the HTTP endpoint. Knows no SQL.
+
+mod handler;
+pub mod http;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+use crate::error::Result;
+use crate::session::{Engine, Metrics};
+
+pub use handler::Handlers;
+
+/// Serve pgwire on `listener` until `shutdown` resolves, then stop accepting
+/// and give open connections a moment to finish their statements.
+pub async fn run(
+    engine: Arc<Engine>,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let handlers = Arc::new(Handlers::new(engine.clone()));
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (socket, peer) = match accepted {
+                    Ok(pair) => pair,
+                    Err(e) => {
+                        tracing::warn!(cause = %e, "failed to accept");
+                        continue;
+                    }
+                };
+                let _ = socket.set_nodelay(true);
+                Metrics::add(&engine.metrics.connections, 1);
+                let handlers = handlers.clone();
+                connections.spawn(async move {
+                    if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                        tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = &mut shutdown => break,
+        }
+    }
+    tracing::info!(open = connections.len(), "shutting down");
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(std::time::Duration::from_secs(5), drain)
+        .await
+        .is_err()
+    {
+        connections.abort_all();
+    }
+    Ok(())
+}

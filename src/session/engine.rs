@@ -1,0 +1,90 @@
+//! The engine: everything a node runs, shared by all connections.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
+use datafusion::execution::SessionState;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
+
+use crate::catalog::Catalog;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::sql::provider::WeirSchema;
+use crate::state::Store;
+use crate::state::writer::Writer;
+
+/// The database name clients see (`current_database()`, `\l`).
+pub const DATABASE: &str = "weir";
+
+pub struct Engine {
+    pub config: Config,
+    pub store: Arc<Store>,
+    pub catalog: Arc<Catalog>,
+    pub writer: Writer,
+    ctx: SessionContext,
+    pub metrics: Metrics,
+}
+
+/// Counters exported on `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub statements: AtomicU64,
+    pub statement_errors: AtomicU64,
+    pub rows_written: AtomicU64,
+    pub connections: AtomicU64,
+}
+
+impl Metrics {
+    pub fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+impl Engine {
+    pub fn open(config: Config) -> Result<Arc<Engine>> {
+        let store = Arc::new(Store::open(&config.db_path())?);
+        let catalog = Arc::new(Catalog::load(&store)?);
+        let writer = Writer::start(store.db().clone())?;
+        let ctx = session_context(&catalog, &store, &writer)?;
+        Ok(Arc::new(Engine {
+            config,
+            store,
+            catalog,
+            writer,
+            ctx,
+            metrics: Metrics::default(),
+        }))
+    }
+
+    /// A DataFusion state for one statement.
+    pub fn state(&self) -> SessionState {
+        self.ctx.state()
+    }
+}
+
+fn session_context(
+    catalog: &Arc<Catalog>,
+    store: &Arc<Store>,
+    writer: &Writer,
+) -> Result<SessionContext> {
+    let mut config = SessionConfig::new()
+        .with_default_catalog_and_schema(DATABASE, "public")
+        .with_create_default_catalog_and_schema(false)
+        .with_information_schema(true)
+        .with_target_partitions(2);
+    let options = config.options_mut();
+    options.sql_parser.map_string_types_to_utf8view = false;
+    options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    let ctx = SessionContext::new_with_config(config);
+    let databases = MemoryCatalogProvider::new();
+    let schema = WeirSchema::new(catalog.clone(), store.clone(), writer.clone());
+    databases
+        .register_schema("public", Arc::new(schema))
+        .map_err(Error::from)?;
+    ctx.register_catalog(DATABASE, Arc::new(databases));
+    setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider).map_err(|e| Error::from(*e))?;
+    Ok(ctx)
+}

@@ -1,0 +1,98 @@
+//! Statements: per-connection state, and the engine every connection shares.
+
+mod engine;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
+
+pub use engine::{Engine, Metrics};
+
+use crate::catalog::Table;
+use crate::error::Result;
+use crate::sql::handlers;
+use crate::sql::parser::Statement;
+
+/// What a statement returns to the client.
+#[derive(Debug)]
+pub enum Output {
+    /// Rows, with the command tag to close them (`SELECT`, `SHOW`, ...).
+    Rows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        tag: &'static str,
+    },
+    /// A command tag, with the row count where PostgreSQL reports one.
+    Command { tag: String, rows: Option<u64> },
+    /// The client should now send COPY data.
+    CopyIn { columns: usize },
+    /// Transaction control: accepted, reported with its tag.
+    Transaction { tag: &'static str, begin: bool },
+}
+
+impl Output {
+    pub fn command(tag: &str) -> Output {
+        Output::Command {
+            tag: tag.to_string(),
+            rows: None,
+        }
+    }
+
+    pub fn with_rows(tag: &str, rows: u64) -> Output {
+        Output::Command {
+            tag: tag.to_string(),
+            rows: Some(rows),
+        }
+    }
+}
+
+/// A COPY FROM STDIN in progress.
+#[derive(Debug)]
+pub struct CopyIn {
+    pub table: Arc<Table>,
+    /// Indices of the table columns the data fills, in data order.
+    pub columns: Vec<usize>,
+    pub format: handlers::copy::CopyFormat,
+    pub data: Vec<u8>,
+}
+
+/// One connection's state.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// `SET` variables, by lower-case name.
+    pub variables: BTreeMap<String, String>,
+    pub copy: Option<CopyIn>,
+    /// Notices for the client, sent before the statement's result.
+    pub notices: Vec<String>,
+}
+
+impl Session {
+    pub fn notice(&mut self, message: String) {
+        self.notices.push(message);
+    }
+
+    /// `SET implicit_flush = true` (or RisingWave's `rw_implicit_flush`).
+    pub fn implicit_flush(&self) -> bool {
+        ["implicit_flush", "rw_implicit_flush"].iter().any(|name| {
+            self.variables
+                .get(*name)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "on")
+        })
+    }
+}
+
+/// Run one statement.
+pub async fn execute(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    statement: Statement,
+    params: Option<&ParamValues>,
+) -> Result<Output> {
+    let span = tracing::debug_span!("statement");
+    let _guard = span.enter();
+    drop(_guard);
+    handlers::dispatch(engine, session, statement, params).await
+}

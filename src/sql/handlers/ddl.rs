@@ -1,0 +1,259 @@
+//! CREATE TABLE / CREATE STREAM and DROP.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::common::Constraint;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::sql::parser::Statement as DfStatement;
+use sqlparser::ast;
+
+use crate::catalog::{ColumnDef, Object, ObjectDef, ObjectKind, TableDef, WatermarkDef};
+use crate::error::{Error, Result};
+use crate::session::{Engine, Output, Session};
+use crate::sql::parser::{CreateTable, Drop, ident_name};
+
+pub async fn create_table(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    create: CreateTable,
+) -> Result<Output> {
+    if engine.catalog.get(&create.name).is_some() {
+        if create.if_not_exists {
+            session.notice(format!(
+                "relation \"{}\" already exists, skipping",
+                create.name
+            ));
+            return Ok(Output::command("CREATE TABLE"));
+        }
+        return Err(Error::DuplicateTable(create.name));
+    }
+    let ast::Statement::CreateTable(parsed) = create.ast.as_ref() else {
+        return Err(Error::Internal("CREATE TABLE without its statement".into()));
+    };
+    refuse_unsupported(parsed)?;
+    let columns = column_defs(engine, &create).await?;
+    let primary_key = primary_key(engine, &create, &columns).await?;
+    let columns = columns
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| ColumnDef {
+            nullable: c.nullable && !primary_key.contains(&i),
+            ..c
+        })
+        .collect::<Vec<_>>();
+    let watermark = watermark(&create, &columns)?;
+    let def = TableDef {
+        id: engine.catalog.allocate_id()?,
+        name: create.name.clone(),
+        columns,
+        primary_key,
+        append_only: create.append_only,
+        watermark,
+        partitions: engine.config.default_partitions,
+        definition: create.text.clone(),
+    };
+    engine.catalog.create(ObjectDef::Table(def))?;
+    Ok(Output::command("CREATE TABLE"))
+}
+
+fn refuse_unsupported(parsed: &ast::CreateTable) -> Result<()> {
+    if parsed.query.is_some() {
+        return Err(Error::NotSupported(
+            "CREATE TABLE ... AS is not supported; use CREATE MATERIALIZED VIEW".into(),
+        ));
+    }
+    if parsed.columns.is_empty() {
+        return Err(Error::Syntax(
+            "CREATE TABLE needs at least one column".into(),
+        ));
+    }
+    let mut seen = HashSet::new();
+    for column in &parsed.columns {
+        let name = ident_name(&column.name);
+        if !seen.insert(name.clone()) {
+            return Err(Error::DuplicateColumn(name));
+        }
+        for option in &column.options {
+            match &option.option {
+                ast::ColumnOption::Null | ast::ColumnOption::NotNull => {}
+                ast::ColumnOption::PrimaryKey(_) => {}
+                other => {
+                    return Err(Error::NotSupported(format!(
+                        "column option {other} (on column \"{name}\") is not supported"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Column names and types, with the Arrow types DataFusion chooses for the SQL types.
+async fn column_defs(engine: &Arc<Engine>, create: &CreateTable) -> Result<Vec<ColumnDef>> {
+    let ast::Statement::CreateTable(parsed) = create.ast.as_ref() else {
+        return Err(Error::Internal("CREATE TABLE without its statement".into()));
+    };
+    let plan = plan_create(engine, create).await?;
+    let schema = plan.input.schema();
+    Ok(parsed
+        .columns
+        .iter()
+        .zip(schema.fields())
+        .map(|(column, field)| ColumnDef {
+            name: field.name().clone(),
+            data_type: field.data_type().to_string(),
+            sql_type: pg_type_name(field.data_type())
+                .unwrap_or_else(|| column.data_type.to_string().to_lowercase()),
+            nullable: field.is_nullable(),
+        })
+        .collect())
+}
+
+/// The name PostgreSQL shows for a type (psql `\d`, `format_type`).
+fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Option<String> {
+    use datafusion::arrow::datatypes::DataType as D;
+    Some(match data_type {
+        D::Boolean => "boolean".into(),
+        D::Int16 => "smallint".into(),
+        D::Int32 => "integer".into(),
+        D::Int64 => "bigint".into(),
+        D::Float32 => "real".into(),
+        D::Float64 => "double precision".into(),
+        D::Utf8 | D::LargeUtf8 | D::Utf8View => "character varying".into(),
+        D::Binary | D::LargeBinary | D::BinaryView => "bytea".into(),
+        D::Date32 => "date".into(),
+        D::Time64(_) => "time without time zone".into(),
+        D::Timestamp(_, None) => "timestamp without time zone".into(),
+        D::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
+        D::Interval(_) => "interval".into(),
+        D::Decimal128(p, s) => format!("numeric({p},{s})"),
+        _ => return None,
+    })
+}
+
+async fn plan_create(
+    engine: &Arc<Engine>,
+    create: &CreateTable,
+) -> Result<datafusion::logical_expr::CreateMemoryTable> {
+    let state = engine.state();
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(create.ast.clone()))
+        .await?;
+    match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(table)) => Ok(table),
+        _ => Err(Error::Internal(
+            "CREATE TABLE planned as another statement".into(),
+        )),
+    }
+}
+
+async fn primary_key(
+    engine: &Arc<Engine>,
+    create: &CreateTable,
+    columns: &[ColumnDef],
+) -> Result<Vec<usize>> {
+    let plan = plan_create(engine, create).await?;
+    if !plan.column_defaults.is_empty() {
+        return Err(Error::NotSupported(
+            "DEFAULT values are not supported yet".into(),
+        ));
+    }
+    let mut key = Vec::new();
+    for constraint in plan.constraints.iter() {
+        match constraint {
+            Constraint::PrimaryKey(indices) if key.is_empty() => key = indices.clone(),
+            Constraint::PrimaryKey(_) => {
+                return Err(Error::Syntax(
+                    "multiple primary keys are not allowed".into(),
+                ));
+            }
+            Constraint::Unique(_) => {
+                return Err(Error::NotSupported(
+                    "UNIQUE constraints are not supported; use a PRIMARY KEY".into(),
+                ));
+            }
+        }
+    }
+    if key.iter().any(|i| *i >= columns.len()) {
+        return Err(Error::Internal("primary key names a missing column".into()));
+    }
+    if create.append_only && !key.is_empty() {
+        return Err(Error::NotSupported(
+            "an append-only table cannot have a primary key".into(),
+        ));
+    }
+    Ok(key)
+}
+
+fn watermark(create: &CreateTable, columns: &[ColumnDef]) -> Result<Option<WatermarkDef>> {
+    let Some((column, expr)) = &create.watermark else {
+        return Ok(None);
+    };
+    let Some(def) = columns.iter().find(|c| &c.name == column) else {
+        return Err(Error::UndefinedColumn(format!(
+            "column \"{column}\" named in WATERMARK FOR does not exist"
+        )));
+    };
+    if !def.data_type.starts_with("Timestamp") && def.data_type != "Date32" {
+        return Err(Error::WrongObjectType(format!(
+            "WATERMARK FOR needs a timestamp column; \"{column}\" is {}",
+            def.sql_type
+        )));
+    }
+    Ok(Some(WatermarkDef {
+        column: column.clone(),
+        expr: expr.clone(),
+    }))
+}
+
+pub fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Result<Output> {
+    let tag = format!("DROP {}", drop.kind.noun().to_uppercase());
+    let mut doomed: Vec<Object> = Vec::new();
+    for name in &drop.names {
+        let Some(object) = engine.catalog.get(name) else {
+            if drop.if_exists {
+                session.notice(format!(
+                    "{} \"{name}\" does not exist, skipping",
+                    drop.kind.noun()
+                ));
+                continue;
+            }
+            return Err(missing(drop.kind, name));
+        };
+        if object.kind() != drop.kind {
+            return Err(Error::WrongObjectType(format!(
+                "\"{name}\" is not a {}",
+                drop.kind.noun()
+            )));
+        }
+        let dependents = engine.catalog.dependents(object.id());
+        if !dependents.is_empty() && !drop.cascade {
+            return Err(Error::DependentObjects {
+                kind: drop.kind.noun(),
+                name: name.clone(),
+                dependents,
+            });
+        }
+        for dependent in dependents {
+            if let Some(d) = engine.catalog.get(&dependent) {
+                session.notice(format!("drop cascades to {dependent}"));
+                doomed.push(d);
+            }
+        }
+        doomed.push(object);
+    }
+    engine.catalog.drop_objects(&doomed)?;
+    Ok(Output::command(&tag))
+}
+
+fn missing(kind: ObjectKind, name: &str) -> Error {
+    match kind {
+        ObjectKind::Table | ObjectKind::MaterializedView | ObjectKind::View => {
+            Error::UndefinedTable(name.to_string())
+        }
+        ObjectKind::Source | ObjectKind::Sink => {
+            Error::UndefinedObject(format!("{} \"{name}\" does not exist", kind.noun()))
+        }
+    }
+}

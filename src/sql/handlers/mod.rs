@@ -1,0 +1,84 @@
+//! One module per statement family; [`dispatch`] routes a parsed statement.
+
+pub mod copy;
+pub mod ddl;
+pub mod query;
+pub mod show;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::ParamValues;
+
+use crate::error::{Error, Result};
+use crate::session::{Engine, Output, Session};
+use crate::sql::parser::{Statement, Transaction};
+
+pub async fn dispatch(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    statement: Statement,
+    params: Option<&ParamValues>,
+) -> Result<Output> {
+    match statement {
+        Statement::CreateTable(create) => ddl::create_table(engine, session, create).await,
+        Statement::Drop(drop) => ddl::drop(engine, session, drop),
+        Statement::Show(kind) => show::objects(engine, kind),
+        Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
+        Statement::ShowVariable(name) => show::variable(session, &name),
+        Statement::Describe(name) => show::describe(engine, &name),
+        // Every write is applied and visible when its statement returns; with no
+        // dataflow behind a table there is nothing more to wait for.
+        Statement::Flush => Ok(Output::command("FLUSH")),
+        Statement::Copy(ast) => copy::start(engine, session, &ast),
+        Statement::Set { name, value } => {
+            if !name.is_empty() {
+                session.variables.insert(name, value);
+            }
+            Ok(Output::command("SET"))
+        }
+        Statement::Transaction(t) => Ok(transaction(t)),
+        Statement::Query(ast) => query::run(engine, &ast, params).await,
+        Statement::Unsupported(message) => Err(Error::NotSupported(message)),
+    }
+}
+
+/// Each statement commits on its own; transaction blocks are accepted so that
+/// drivers which wrap statements in them work.
+fn transaction(t: Transaction) -> Output {
+    match t {
+        Transaction::Begin => Output::Transaction {
+            tag: "BEGIN",
+            begin: true,
+        },
+        Transaction::Commit => Output::Transaction {
+            tag: "COMMIT",
+            begin: false,
+        },
+        Transaction::Rollback => Output::Transaction {
+            tag: "ROLLBACK",
+            begin: false,
+        },
+    }
+}
+
+/// The columns a statement will return, for the extended protocol's Describe.
+pub async fn output_schema(
+    engine: &Arc<Engine>,
+    statement: &Statement,
+) -> Result<Option<SchemaRef>> {
+    match statement {
+        Statement::Show(_) => Ok(Some(show::objects_schema())),
+        Statement::ShowCreate { .. } => Ok(Some(show::create_schema())),
+        Statement::ShowVariable(name) => Ok(Some(show::variable_schema(name))),
+        Statement::Describe(_) => Ok(Some(show::describe_schema())),
+        Statement::Query(ast) => query::output_schema(engine, ast).await,
+        Statement::CreateTable(_)
+        | Statement::Drop(_)
+        | Statement::Flush
+        | Statement::Copy(_)
+        | Statement::Set { .. }
+        | Statement::Transaction(_)
+        | Statement::Unsupported(_) => Ok(None),
+    }
+}

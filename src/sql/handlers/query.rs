@@ -1,0 +1,177 @@
+//! Statements DataFusion plans: SELECT (any query), INSERT, UPDATE, DELETE, EXPLAIN.
+//!
+//! Every statement reads one snapshot, shared by all the tables it scans.
+//! INSERT runs through DataFusion into the table sink; UPDATE and DELETE take
+//! DataFusion's plan of the affected rows and send them to the writer, which
+//! re-checks them against the latest committed state.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::{Column, ParamValues};
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{DmlStatement, Expr, LogicalPlan, LogicalPlanBuilder, WriteOp};
+use datafusion::sql::parser::Statement as DfStatement;
+use sqlparser::ast;
+
+use crate::catalog::Table;
+use crate::error::{Error, Result};
+use crate::session::{Engine, Output};
+use crate::sql::write;
+
+/// A statement's DataFusion plan, against a state that reads one snapshot.
+pub async fn plan(
+    engine: &Arc<Engine>,
+    ast: &ast::Statement,
+) -> Result<(SessionState, LogicalPlan)> {
+    let mut state = engine.state();
+    state.config_mut().set_extension(engine.store.read_view());
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(ast.clone())))
+        .await?;
+    Ok((state, plan))
+}
+
+pub async fn run(
+    engine: &Arc<Engine>,
+    ast: &ast::Statement,
+    params: Option<&ParamValues>,
+) -> Result<Output> {
+    let (state, mut plan) = plan(engine, ast).await?;
+    if let Some(params) = params {
+        plan = plan.replace_params_with_values(params)?;
+    }
+    match &plan {
+        LogicalPlan::Dml(dml) => match &dml.op {
+            WriteOp::Insert(_) => insert(state, plan).await,
+            WriteOp::Delete => delete(engine, state, dml).await,
+            WriteOp::Update => update(engine, state, dml).await,
+            other => Err(Error::NotSupported(format!("{other} is not supported"))),
+        },
+        LogicalPlan::Ddl(ddl) => Err(Error::NotSupported(format!(
+            "{} is not supported",
+            ddl.name()
+        ))),
+        LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => Err(Error::NotSupported(format!(
+            "{} is not supported",
+            first_words(ast)
+        ))),
+        _ => {
+            let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            let batches = DataFrame::new(state, plan).collect().await?;
+            Ok(Output::Rows {
+                schema,
+                batches,
+                tag: "SELECT",
+            })
+        }
+    }
+}
+
+fn first_words(ast: &ast::Statement) -> String {
+    ast.to_string()
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The columns a query returns, or none for statements that return a tag.
+pub async fn output_schema(
+    engine: &Arc<Engine>,
+    ast: &ast::Statement,
+) -> Result<Option<SchemaRef>> {
+    let (_, plan) = plan(engine, ast).await?;
+    Ok(match plan {
+        LogicalPlan::Dml(_)
+        | LogicalPlan::Ddl(_)
+        | LogicalPlan::Statement(_)
+        | LogicalPlan::Copy(_) => None,
+        other => Some(Arc::new(other.schema().as_arrow().clone())),
+    })
+}
+
+/// The parameter types a statement expects, `$1` first.
+pub async fn parameter_types(
+    engine: &Arc<Engine>,
+    ast: &ast::Statement,
+) -> Result<Vec<Option<datafusion::arrow::datatypes::DataType>>> {
+    let (_, plan) = plan(engine, ast).await?;
+    let mut types: Vec<(usize, Option<datafusion::arrow::datatypes::DataType>)> = plan
+        .get_parameter_types()?
+        .into_iter()
+        .filter_map(|(name, t)| {
+            name.trim_start_matches('$')
+                .parse::<usize>()
+                .ok()
+                .map(|i| (i, t))
+        })
+        .collect();
+    types.sort_by_key(|(i, _)| *i);
+    Ok(types.into_iter().map(|(_, t)| t).collect())
+}
+
+async fn insert(state: SessionState, plan: LogicalPlan) -> Result<Output> {
+    let batches = DataFrame::new(state, plan).collect().await?;
+    let count = batches
+        .first()
+        .and_then(|b| b.column_by_name("count"))
+        .and_then(|c| {
+            c.as_any()
+                .downcast_ref::<datafusion::arrow::array::UInt64Array>()
+        })
+        .map_or(0, |a| a.value(0));
+    Ok(Output::with_rows("INSERT", count))
+}
+
+fn target_table(engine: &Arc<Engine>, dml: &DmlStatement) -> Result<Arc<Table>> {
+    let name = dml.table_name.table();
+    engine
+        .catalog
+        .table(name)
+        .ok_or_else(|| Error::UndefinedTable(name.to_string()))
+}
+
+async fn delete(engine: &Arc<Engine>, state: SessionState, dml: &DmlStatement) -> Result<Output> {
+    let table = target_table(engine, dml)?;
+    let rows = DataFrame::new(state, dml.input.as_ref().clone())
+        .collect()
+        .await?;
+    let count = write::delete_rows(&table, &engine.writer, &rows).await?;
+    Ok(Output::with_rows("DELETE", count))
+}
+
+/// DataFusion plans UPDATE as a projection of the new rows over the matching
+/// old ones; we add the old columns to that projection so one pass yields both.
+async fn update(engine: &Arc<Engine>, state: SessionState, dml: &DmlStatement) -> Result<Output> {
+    let table = target_table(engine, dml)?;
+    let LogicalPlan::Projection(projection) = dml.input.as_ref() else {
+        return Err(Error::Internal(
+            "UPDATE was not planned as a projection".into(),
+        ));
+    };
+    let width = table.schema.fields().len();
+    let source = projection.input.schema();
+    let mut exprs = projection.expr.clone();
+    for i in 0..width {
+        exprs.push(
+            Expr::Column(Column::from(source.qualified_field(i))).alias(format!("__weir_old_{i}")),
+        );
+    }
+    let plan = LogicalPlanBuilder::from(projection.input.as_ref().clone())
+        .project(exprs)?
+        .build()?;
+    let batches = DataFrame::new(state, plan).collect().await?;
+    let new: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| b.project(&(0..width).collect::<Vec<_>>()))
+        .collect::<Result<_, _>>()?;
+    let old: Vec<RecordBatch> = batches
+        .iter()
+        .map(|b| b.project(&(width..2 * width).collect::<Vec<_>>()))
+        .collect::<Result<_, _>>()?;
+    let count = write::update_rows(&table, &engine.writer, &old, &new).await?;
+    Ok(Output::with_rows("UPDATE", count))
+}

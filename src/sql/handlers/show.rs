@@ -1,0 +1,177 @@
+//! SHOW, SHOW CREATE and DESCRIBE.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use crate::catalog::{Object, ObjectKind};
+use crate::error::{Error, Result};
+use crate::session::{Engine, Output, Session};
+
+fn text_schema(names: &[&str]) -> SchemaRef {
+    Arc::new(Schema::new(
+        names
+            .iter()
+            .map(|n| Field::new(*n, DataType::Utf8, true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
+fn text_rows(
+    schema: SchemaRef,
+    rows: Vec<Vec<Option<String>>>,
+    tag: &'static str,
+) -> Result<Output> {
+    let columns: Vec<ArrayRef> = (0..schema.fields().len())
+        .map(|c| Arc::new(StringArray::from_iter(rows.iter().map(|r| r[c].clone()))) as ArrayRef)
+        .collect();
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    Ok(Output::Rows {
+        schema,
+        batches: vec![batch],
+        tag,
+    })
+}
+
+pub fn objects_schema() -> SchemaRef {
+    text_schema(&["Name"])
+}
+
+pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
+    let names = engine
+        .catalog
+        .objects()
+        .into_iter()
+        .filter(|o| o.kind() == kind)
+        .map(|o| vec![Some(o.def().name().to_string())])
+        .collect();
+    text_rows(objects_schema(), names, "SHOW")
+}
+
+pub fn create_schema() -> SchemaRef {
+    text_schema(&["Name", "Create Sql"])
+}
+
+pub fn create(engine: &Arc<Engine>, kind: ObjectKind, name: &str) -> Result<Output> {
+    let object = find(engine, kind, name)?;
+    let definition = match &object {
+        Object::Table(t) => t.def.definition.clone(),
+    };
+    text_rows(
+        create_schema(),
+        vec![vec![Some(name.to_string()), Some(definition)]],
+        "SHOW",
+    )
+}
+
+pub fn describe_schema() -> SchemaRef {
+    text_schema(&["Name", "Type", "Is Hidden", "Description"])
+}
+
+pub fn describe(engine: &Arc<Engine>, name: &str) -> Result<Output> {
+    let object = engine
+        .catalog
+        .get(name)
+        .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+    let Object::Table(table) = &object;
+    let mut rows: Vec<Vec<Option<String>>> = table
+        .def
+        .columns
+        .iter()
+        .map(|c| {
+            vec![
+                Some(c.name.clone()),
+                Some(c.sql_type.clone()),
+                Some("false".into()),
+                None,
+            ]
+        })
+        .collect();
+    if table.def.is_keyed() {
+        rows.push(vec![
+            Some("primary key".into()),
+            Some(table.key_names().join(", ")),
+            None,
+            None,
+        ]);
+    }
+    if let Some(w) = &table.def.watermark {
+        rows.push(vec![
+            Some("watermark".into()),
+            Some(format!("{} AS {}", w.column, w.expr)),
+            None,
+            None,
+        ]);
+    }
+    if table.def.append_only {
+        rows.push(vec![
+            Some("append only".into()),
+            Some("true".into()),
+            None,
+            None,
+        ]);
+    }
+    text_rows(describe_schema(), rows, "DESCRIBE")
+}
+
+fn find(engine: &Arc<Engine>, kind: ObjectKind, name: &str) -> Result<Object> {
+    match engine.catalog.get(name) {
+        Some(object) if object.kind() == kind => Ok(object),
+        Some(_) => Err(Error::WrongObjectType(format!(
+            "\"{name}\" is not a {}",
+            kind.noun()
+        ))),
+        None => Err(Error::UndefinedTable(name.to_string())),
+    }
+}
+
+pub fn variable_schema(name: &str) -> SchemaRef {
+    if name == "all" {
+        return text_schema(&["name", "setting"]);
+    }
+    text_schema(&[name])
+}
+
+/// Session variables, with the values PostgreSQL clients ask for at connect time.
+pub fn variable(session: &Session, name: &str) -> Result<Output> {
+    let schema = variable_schema(name);
+    if name == "all" {
+        let rows = session
+            .variables
+            .iter()
+            .map(|(k, v)| vec![Some(k.clone()), Some(v.clone())])
+            .collect();
+        return text_rows(schema, rows, "SHOW");
+    }
+    let value = session
+        .variables
+        .get(name)
+        .cloned()
+        .or_else(|| default_variable(name).map(str::to_string))
+        .ok_or_else(|| {
+            Error::UndefinedObject(format!("unrecognized configuration parameter \"{name}\""))
+        })?;
+    text_rows(schema, vec![vec![Some(value)]], "SHOW")
+}
+
+fn default_variable(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "server_version" => "15.0",
+        "server_version_num" => "150000",
+        "server_encoding" | "client_encoding" => "UTF8",
+        "datestyle" => "ISO, MDY",
+        "intervalstyle" => "postgres",
+        "timezone" | "time zone" => "UTC",
+        "search_path" => "\"$user\", public",
+        "standard_conforming_strings" => "on",
+        "transaction_isolation" | "transaction isolation level" => "read committed",
+        "default_transaction_isolation" => "read committed",
+        "max_identifier_length" => "63",
+        "lc_collate" | "lc_ctype" => "C",
+        "implicit_flush" | "rw_implicit_flush" => "false",
+        "statement_timeout" => "0",
+        "application_name" => "",
+        _ => return None,
+    })
+}

@@ -1,0 +1,7 @@
+//! Plans: parsing our dialect, planning through DataFusion, one handler per statement.
+
+pub mod handlers;
+pub mod keyaccess;
+pub mod parser;
+pub mod provider;
+pub mod write;

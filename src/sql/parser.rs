@@ -1,0 +1,539 @@
+//! weir's statements: PostgreSQL syntax through `sqlparser`, plus the
+//! streaming extensions (`APPEND ONLY`, `CREATE STREAM`, `WATERMARK FOR`,
+//! `FLUSH`, `SHOW TABLES`, ...), recognised on the token stream before the
+//! remainder is handed to `sqlparser`.
+
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use sqlparser::ast;
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
+
+use crate::catalog::ObjectKind;
+use crate::error::{Error, Result};
+
+/// One parsed statement.
+#[derive(Debug, Clone)]
+pub enum Statement {
+    CreateTable(CreateTable),
+    Drop(Drop),
+    Show(ObjectKind),
+    ShowCreate {
+        kind: ObjectKind,
+        name: String,
+    },
+    ShowVariable(String),
+    Describe(String),
+    Flush,
+    Copy(Box<ast::Statement>),
+    Set {
+        name: String,
+        value: String,
+    },
+    Transaction(Transaction),
+    /// Statements planned by DataFusion: queries, INSERT, UPDATE, DELETE, EXPLAIN.
+    Query(Box<ast::Statement>),
+    /// Recognised, but not built yet.
+    Unsupported(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateTable {
+    /// The statement as `sqlparser` sees it, with our extensions removed.
+    pub ast: Box<ast::Statement>,
+    pub name: String,
+    pub append_only: bool,
+    pub watermark: Option<(String, String)>,
+    pub if_not_exists: bool,
+    /// The statement as the user wrote it.
+    pub text: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Drop {
+    pub kind: ObjectKind,
+    pub names: Vec<String>,
+    pub if_exists: bool,
+    pub cascade: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transaction {
+    Begin,
+    Commit,
+    Rollback,
+}
+
+/// Split and parse a query string into statements.
+pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .map_err(|e| Error::Syntax(format!("syntax error: {e}")))?;
+    split(tokens)
+        .into_iter()
+        .filter(|t| t.iter().any(|t| !is_space(&t.token)))
+        .map(parse_one)
+        .collect()
+}
+
+fn split(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {
+    let mut statements = vec![Vec::new()];
+    for token in tokens {
+        match token.token {
+            Token::SemiColon => statements.push(Vec::new()),
+            Token::EOF => {}
+            _ => statements.last_mut().expect("never empty").push(token),
+        }
+    }
+    statements
+}
+
+fn is_space(token: &Token) -> bool {
+    matches!(token, Token::Whitespace(_))
+}
+
+fn text_of(tokens: &[TokenWithSpan]) -> String {
+    tokens
+        .iter()
+        .map(|t| t.token.to_string())
+        .collect::<String>()
+        .trim()
+        .to_string()
+}
+
+/// Upper-cased leading words, for classification.
+fn leading_words(tokens: &[TokenWithSpan], n: usize) -> Vec<String> {
+    tokens
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .take(n)
+        .map(|t| match &t.token {
+            Token::Word(w) if w.quote_style.is_none() => w.value.to_uppercase(),
+            other => other.to_string(),
+        })
+        .collect()
+}
+
+fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
+    let words = leading_words(&tokens, 4);
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        ["FLUSH"] => Ok(Statement::Flush),
+        ["SHOW", "CREATE", ..] => show_create(&tokens),
+        ["SHOW", rest @ ..] => Ok(show(rest, &tokens)),
+        ["DESCRIBE" | "DESC", ..] => Ok(Statement::Describe(object_name_after(&tokens, 1)?)),
+        ["CREATE", "TABLE" | "STREAM", ..] => create_table(tokens).map(Statement::CreateTable),
+        ["CREATE", "MATERIALIZED", "VIEW", ..]
+        | ["CREATE", "SOURCE" | "SINK" | "VIEW" | "SUBSCRIPTION", ..]
+        | ["CREATE", "OR", "REPLACE", ..] => Ok(Statement::Unsupported(format!(
+            "{} is not supported yet",
+            words[..w.len().min(3)].join(" ")
+        ))),
+        ["DROP", ..] => drop(&tokens).map(Statement::Drop),
+        ["SET", ..] => set(&tokens),
+        ["RESET" | "DISCARD" | "DEALLOCATE", ..] => Ok(Statement::Set {
+            name: String::new(),
+            value: String::new(),
+        }),
+        ["BEGIN" | "START", ..] => Ok(Statement::Transaction(Transaction::Begin)),
+        ["COMMIT" | "END", ..] => Ok(Statement::Transaction(Transaction::Commit)),
+        ["ROLLBACK" | "ABORT", ..] => Ok(Statement::Transaction(Transaction::Rollback)),
+        ["COPY", ..] => Ok(Statement::Copy(Box::new(sqlparser_one(tokens)?))),
+        _ => query(&tokens),
+    }
+}
+
+fn sqlparser_one(tokens: Vec<TokenWithSpan>) -> Result<ast::Statement> {
+    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
+    let statement = parser.parse_statement()?;
+    if parser.peek_token().token != Token::EOF {
+        return Err(Error::Syntax(format!(
+            "syntax error at or near \"{}\"",
+            parser.peek_token().token
+        )));
+    }
+    Ok(statement)
+}
+
+fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    // The compatibility parser rewrites the catalog queries psql and GUI clients send.
+    let text = text_of(tokens);
+    let mut statements = compat().parse(&text).map_err(|e| {
+        // Re-parse for an error that carries the position.
+        match sqlparser_one(tokens.to_vec()) {
+            Err(positioned) => positioned,
+            Ok(_) => Error::from(e),
+        }
+    })?;
+    match statements.len() {
+        1 => Ok(Statement::Query(Box::new(statements.remove(0)))),
+        _ => Err(Error::Syntax("expected exactly one statement".into())),
+    }
+}
+
+fn compat() -> &'static PostgresCompatibilityParser {
+    static PARSER: std::sync::OnceLock<PostgresCompatibilityParser> = std::sync::OnceLock::new();
+    PARSER.get_or_init(PostgresCompatibilityParser::new)
+}
+
+fn show(rest: &[&str], tokens: &[TokenWithSpan]) -> Statement {
+    match rest {
+        ["TABLES", ..] => Statement::Show(ObjectKind::Table),
+        ["SOURCES", ..] => Statement::Show(ObjectKind::Source),
+        ["VIEWS", ..] => Statement::Show(ObjectKind::View),
+        ["SINKS", ..] => Statement::Show(ObjectKind::Sink),
+        ["MATERIALIZED", "VIEWS", ..] => Statement::Show(ObjectKind::MaterializedView),
+        ["LATE", "EVENTS", ..] => {
+            Statement::Unsupported("SHOW LATE EVENTS is not supported yet".into())
+        }
+        _ => {
+            let name = tokens
+                .iter()
+                .filter(|t| !is_space(&t.token))
+                .skip(1)
+                .map(|t| t.token.to_string())
+                .collect::<Vec<_>>()
+                .join(" ");
+            Statement::ShowVariable(name.to_lowercase())
+        }
+    }
+}
+
+fn show_create(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    let words = leading_words(tokens, 4);
+    let (kind, skip) = match words.get(2).map(String::as_str) {
+        Some("TABLE") => (ObjectKind::Table, 3),
+        Some("SOURCE") => (ObjectKind::Source, 3),
+        Some("SINK") => (ObjectKind::Sink, 3),
+        Some("VIEW") => (ObjectKind::View, 3),
+        Some("MATERIALIZED") => (ObjectKind::MaterializedView, 4),
+        _ => {
+            return Err(Error::Syntax(
+                "expected SHOW CREATE TABLE | MATERIALIZED VIEW | VIEW | SOURCE | SINK name".into(),
+            ));
+        }
+    };
+    Ok(Statement::ShowCreate {
+        kind,
+        name: object_name_after(tokens, skip)?,
+    })
+}
+
+/// The object name that follows `skip` leading words.
+fn object_name_after(tokens: &[TokenWithSpan], skip: usize) -> Result<String> {
+    let rest: Vec<TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .skip(skip)
+        .cloned()
+        .collect();
+    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(rest);
+    let name = parser.parse_object_name(false)?;
+    if parser.peek_token().token != Token::EOF {
+        return Err(Error::Syntax(format!(
+            "syntax error at or near \"{}\"",
+            parser.peek_token().token
+        )));
+    }
+    object_name(&name)
+}
+
+/// An object name as the catalog keys it: unquoted identifiers fold to lower case.
+pub fn object_name(name: &ast::ObjectName) -> Result<String> {
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|part| match part.as_ident() {
+            Some(ident) => Ok(ident_name(ident)),
+            None => Err(Error::Syntax(format!("invalid name {name}"))),
+        })
+        .collect::<Result<_>>()?;
+    match parts.as_slice() {
+        [name] => Ok(name.clone()),
+        [schema, name] if schema == "public" => Ok(name.clone()),
+        [_, _, name] => Ok(name.clone()),
+        _ => Err(Error::UndefinedObject(format!(
+            "schema of {name} does not exist"
+        ))),
+    }
+}
+
+pub fn ident_name(ident: &ast::Ident) -> String {
+    match ident.quote_style {
+        Some(_) => ident.value.clone(),
+        None => ident.value.to_lowercase(),
+    }
+}
+
+fn drop(tokens: &[TokenWithSpan]) -> Result<Drop> {
+    let words = leading_words(tokens, 5);
+    let (kind, skip) = match words.get(1).map(String::as_str) {
+        Some("TABLE") | Some("STREAM") => (ObjectKind::Table, 2),
+        Some("SOURCE") => (ObjectKind::Source, 2),
+        Some("SINK") => (ObjectKind::Sink, 2),
+        Some("VIEW") => (ObjectKind::View, 2),
+        Some("MATERIALIZED") if words.get(2).map(String::as_str) == Some("VIEW") => {
+            (ObjectKind::MaterializedView, 3)
+        }
+        _ => {
+            return Err(Error::NotSupported(format!(
+                "DROP {} is not supported",
+                words.get(1).cloned().unwrap_or_default()
+            )));
+        }
+    };
+    let rest: Vec<TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .skip(skip)
+        .cloned()
+        .collect();
+    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(rest);
+    use sqlparser::keywords::Keyword;
+    let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let names = parser.parse_comma_separated(|p| p.parse_object_name(false))?;
+    let cascade = parser.parse_keyword(Keyword::CASCADE);
+    if !cascade {
+        let _ = parser.parse_keyword(Keyword::RESTRICT);
+    }
+    if parser.peek_token().token != Token::EOF {
+        return Err(Error::Syntax(format!(
+            "syntax error at or near \"{}\"",
+            parser.peek_token().token
+        )));
+    }
+    Ok(Drop {
+        kind,
+        names: names.iter().map(object_name).collect::<Result<_>>()?,
+        if_exists,
+        cascade,
+    })
+}
+
+fn set(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    let words: Vec<&TokenWithSpan> = tokens.iter().filter(|t| !is_space(&t.token)).collect();
+    let mut at = 1;
+    if let Some(Token::Word(w)) = words.get(at).map(|t| &t.token)
+        && matches!(w.value.to_uppercase().as_str(), "SESSION" | "LOCAL")
+    {
+        at += 1;
+    }
+    let name = words
+        .get(at)
+        .map(|t| t.token.to_string().to_lowercase())
+        .ok_or_else(|| Error::Syntax("SET needs a parameter name".into()))?;
+    let mut rest = words[at + 1..].iter().map(|t| &t.token).peekable();
+    let value_tokens: Vec<&Token> = match rest.peek() {
+        Some(Token::Eq) => rest.skip(1).collect(),
+        Some(Token::Word(w)) if w.value.eq_ignore_ascii_case("TO") => rest.skip(1).collect(),
+        _ if name == "time" => rest.skip(1).collect(),
+        _ => {
+            return Err(Error::Syntax(format!(
+                "syntax error in SET {name}: expected = or TO"
+            )));
+        }
+    };
+    let value = value_tokens
+        .iter()
+        .map(|t| match t {
+            Token::SingleQuotedString(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let name = if name == "time" {
+        "timezone".to_string()
+    } else {
+        name
+    };
+    Ok(Statement::Set { name, value })
+}
+
+/// `CREATE TABLE|STREAM ... [APPEND ONLY]` with optional `WATERMARK FOR col AS expr`.
+fn create_table(tokens: Vec<TokenWithSpan>) -> Result<CreateTable> {
+    let text = text_of(&tokens);
+    let mut tokens = tokens;
+    let mut append_only = false;
+    // CREATE STREAM is CREATE TABLE ... APPEND ONLY.
+    if let Some(stream) = tokens.iter_mut().filter(|t| !is_space(&t.token)).nth(1)
+        && matches!(&stream.token, Token::Word(w) if w.value.eq_ignore_ascii_case("STREAM"))
+    {
+        stream.token = Token::make_keyword("TABLE");
+        append_only = true;
+    }
+    append_only |= strip_append_only(&mut tokens);
+    let watermark = strip_watermark(&mut tokens)?;
+    let ast = sqlparser_one(tokens)?;
+    let (name, if_not_exists) = match &ast {
+        ast::Statement::CreateTable(c) => (object_name(&c.name)?, c.if_not_exists),
+        _ => {
+            return Err(Error::Internal(
+                "CREATE TABLE parsed as another statement".into(),
+            ));
+        }
+    };
+    Ok(CreateTable {
+        ast: Box::new(ast),
+        name,
+        append_only,
+        watermark,
+        if_not_exists,
+        text,
+    })
+}
+
+fn strip_append_only(tokens: &mut Vec<TokenWithSpan>) -> bool {
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !is_space(&tokens[*i].token))
+        .collect();
+    let is = |i: usize, word: &str| matches!(&tokens[i].token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word));
+    for pair in solid.windows(2) {
+        if is(pair[0], "APPEND") && is(pair[1], "ONLY") {
+            tokens.drain(pair[0]..=pair[1]);
+            return true;
+        }
+    }
+    false
+}
+
+/// Remove `WATERMARK FOR col AS expr` from the column list; returns (col, expr text).
+fn strip_watermark(tokens: &mut Vec<TokenWithSpan>) -> Result<Option<(String, String)>> {
+    let mut depth = 0;
+    let mut start = None;
+    for (i, t) in tokens.iter().enumerate() {
+        match &t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            Token::Word(w)
+                if depth == 1
+                    && w.quote_style.is_none()
+                    && w.value.eq_ignore_ascii_case("WATERMARK") =>
+            {
+                start = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(start) = start else { return Ok(None) };
+    // The clause ends at the next comma or the closing parenthesis at depth 1.
+    let mut depth = 1;
+    let mut end = tokens.len();
+    for (i, t) in tokens.iter().enumerate().skip(start + 1) {
+        match &t.token {
+            Token::LParen => depth += 1,
+            Token::RParen if depth == 1 => {
+                end = i;
+                break;
+            }
+            Token::RParen => depth -= 1,
+            Token::Comma if depth == 1 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let clause: Vec<TokenWithSpan> = tokens[start + 1..end]
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .cloned()
+        .collect();
+    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(clause);
+    use sqlparser::keywords::Keyword;
+    parser.expect_keyword(Keyword::FOR)?;
+    let column = ident_name(&parser.parse_identifier()?);
+    parser.expect_keyword(Keyword::AS)?;
+    let expr = parser.parse_expr()?;
+    // Remove the clause and the comma that separated it from its neighbour.
+    let mut from = start;
+    while from > 0 && is_space(&tokens[from - 1].token) {
+        from -= 1;
+    }
+    let (from, to) = if from > 0 && tokens[from - 1].token == Token::Comma {
+        (from - 1, end)
+    } else if end < tokens.len() && tokens[end].token == Token::Comma {
+        (start, end + 1)
+    } else {
+        (start, end)
+    };
+    tokens.drain(from..to);
+    Ok(Some((column, expr.to_string())))
+}
+
+/// Whitespace tokens, for code that rebuilds statements.
+pub fn space() -> Token {
+    Token::Whitespace(Whitespace::Space)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> Statement {
+        let mut all = parse(sql).expect("parses");
+        assert_eq!(all.len(), 1);
+        all.remove(0)
+    }
+
+    #[test]
+    fn streams_are_append_only_tables() {
+        let Statement::CreateTable(c) = one("CREATE STREAM s (a BIGINT)") else {
+            panic!("not a create table")
+        };
+        assert!(c.append_only);
+        assert_eq!(c.name, "s");
+    }
+
+    #[test]
+    fn watermark_and_append_only_are_stripped() {
+        let sql = "CREATE TABLE bids (auction BIGINT, date_time TIMESTAMP, \
+                   WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND) APPEND ONLY";
+        let Statement::CreateTable(c) = one(sql) else {
+            panic!("not a create table")
+        };
+        assert!(c.append_only);
+        let (column, expr) = c.watermark.expect("watermark");
+        assert_eq!(column, "date_time");
+        assert!(expr.contains("INTERVAL"));
+        assert_eq!(c.text, sql);
+    }
+
+    #[test]
+    fn show_and_flush() {
+        assert!(matches!(
+            one("SHOW TABLES"),
+            Statement::Show(ObjectKind::Table)
+        ));
+        assert!(matches!(
+            one("show materialized views;"),
+            Statement::Show(ObjectKind::MaterializedView)
+        ));
+        assert!(matches!(one("FLUSH"), Statement::Flush));
+        assert!(matches!(
+            one("SHOW search_path"),
+            Statement::ShowVariable(_)
+        ));
+    }
+
+    #[test]
+    fn drop_forms() {
+        let Statement::Drop(d) = one("DROP TABLE IF EXISTS a, B CASCADE") else {
+            panic!("not a drop")
+        };
+        assert!(d.if_exists && d.cascade);
+        assert_eq!(d.names, vec!["a".to_string(), "b".to_string()]);
+    }
+
+    #[test]
+    fn multiple_statements_split_on_semicolons() {
+        let all = parse("SELECT 1; SELECT ';'; ").expect("parses");
+        assert_eq!(all.len(), 2);
+    }
+
+    #[test]
+    fn syntax_errors_are_42601() {
+        let e = parse("SELEC 1").expect_err("bad sql");
+        assert_eq!(e.sqlstate(), "42601");
+    }
+}

@@ -1,0 +1,343 @@
+//! weir's tables as DataFusion sees them: a schema provider over the catalog,
+//! a table provider whose scans read one RocksDB snapshot per statement, and a
+//! sink that turns `INSERT` into a write request.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::{Constraint, Constraints, DataFusionError};
+use datafusion::datasource::TableType;
+use datafusion::datasource::sink::{DataSink, DataSinkExec};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
+use futures::StreamExt;
+
+use crate::catalog::{Catalog, Table};
+use crate::error::Error;
+use crate::log::embedded;
+use crate::sql::keyaccess::{self, KeyAccess};
+use crate::sql::write;
+use crate::state::{CF_ROWS, ReadView, Store, keys};
+
+type DfResult<T> = datafusion::error::Result<T>;
+
+/// Rows decoded per batch.
+const BATCH_ROWS: usize = 8192;
+
+/// The `public` schema: every table in the catalog.
+#[derive(Debug)]
+pub struct WeirSchema {
+    catalog: Arc<Catalog>,
+    store: Arc<Store>,
+    writer: crate::state::writer::Writer,
+}
+
+impl WeirSchema {
+    pub fn new(
+        catalog: Arc<Catalog>,
+        store: Arc<Store>,
+        writer: crate::state::writer::Writer,
+    ) -> Self {
+        WeirSchema {
+            catalog,
+            store,
+            writer,
+        }
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for WeirSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.catalog
+            .objects()
+            .iter()
+            .map(|o| o.def().name().to_string())
+            .collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        Ok(self.catalog.table(name).map(|table| {
+            Arc::new(TableSource::new(
+                table,
+                self.store.clone(),
+                self.writer.clone(),
+            )) as Arc<dyn TableProvider>
+        }))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.catalog.get(name).is_some()
+    }
+}
+
+/// One table, for one statement.
+#[derive(Debug)]
+pub struct TableSource {
+    table: Arc<Table>,
+    store: Arc<Store>,
+    writer: crate::state::writer::Writer,
+    constraints: Constraints,
+}
+
+impl TableSource {
+    pub fn new(table: Arc<Table>, store: Arc<Store>, writer: crate::state::writer::Writer) -> Self {
+        let constraints = if table.def.is_keyed() {
+            Constraints::new_unverified(vec![Constraint::PrimaryKey(table.def.primary_key.clone())])
+        } else {
+            Constraints::default()
+        };
+        TableSource {
+            table,
+            store,
+            writer,
+            constraints,
+        }
+    }
+}
+
+/// The snapshot a statement reads: set on the statement's session state, or a fresh one.
+pub fn statement_view(state: &dyn Session, store: &Store) -> Arc<ReadView> {
+    state
+        .config()
+        .get_extension::<ReadView>()
+        .unwrap_or_else(|| store.read_view())
+}
+
+#[async_trait]
+impl TableProvider for TableSource {
+    fn schema(&self) -> SchemaRef {
+        self.table.schema.clone()
+    }
+
+    fn constraints(&self) -> Option<&Constraints> {
+        Some(&self.constraints)
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn get_table_definition(&self) -> Option<&str> {
+        Some(&self.table.def.definition)
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Key filters choose the access path; DataFusion still applies them afterwards.
+        Ok(filters
+            .iter()
+            .map(|f| {
+                if keyaccess::usable(&self.table, f) {
+                    TableProviderFilterPushDown::Inexact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
+            .collect())
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let view = statement_view(state, &self.store);
+        let schema = self.table.schema.clone();
+        let partitions: Vec<Arc<dyn PartitionStream>> = if self.table.def.append_only {
+            (0..self.table.def.partitions)
+                .map(|p| {
+                    Arc::new(LogScan {
+                        table: self.table.clone(),
+                        view: view.clone(),
+                        partition: p,
+                    }) as Arc<dyn PartitionStream>
+                })
+                .collect()
+        } else {
+            let access = keyaccess::plan(&self.table, filters)?;
+            vec![Arc::new(RowScan {
+                table: self.table.clone(),
+                view,
+                access,
+            })]
+        };
+        let exec =
+            StreamingTableExec::try_new(schema, partitions, projection, vec![], false, limit)?;
+        Ok(Arc::new(exec))
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(Error::NotSupported(format!("INSERT {insert_op} is not supported")).into());
+        }
+        let sink = TableSink {
+            table: self.table.clone(),
+            writer: self.writer.clone(),
+        };
+        Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
+    }
+}
+
+/// Reads the current rows of a keyed table.
+#[derive(Debug)]
+struct RowScan {
+    table: Arc<Table>,
+    view: Arc<ReadView>,
+    access: KeyAccess,
+}
+
+impl PartitionStream for RowScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.table.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let table = self.table.clone();
+        let view = self.view.clone();
+        let access = self.access.clone();
+        spawn_reader(self.table.schema.clone(), move |emit| {
+            read_rows(&table, &view, &access, emit)
+        })
+    }
+}
+
+fn read_rows(
+    table: &Table,
+    view: &ReadView,
+    access: &KeyAccess,
+    emit: &mut dyn FnMut(RecordBatch) -> bool,
+) -> crate::Result<()> {
+    let id = table.def.id;
+    match access {
+        KeyAccess::Points(points) => {
+            let full: Vec<Vec<u8>> = points.iter().map(|k| keys::row_key(id, k)).collect();
+            let found: Vec<Vec<u8>> = view
+                .multi_get(CF_ROWS, &full)?
+                .into_iter()
+                .flatten()
+                .collect();
+            if !found.is_empty() {
+                emit(table.codec.decode(found.iter().map(Vec::as_slice))?);
+            }
+            Ok(())
+        }
+        KeyAccess::Range { lower, upper } => {
+            let lower = match lower {
+                Some(k) => keys::row_key(id, k),
+                None => keys::table_prefix(id),
+            };
+            let upper = match upper {
+                Some(k) => keys::row_key(id, k),
+                None => keys::prefix_end(&keys::table_prefix(id)),
+            };
+            let mut pending: Vec<Vec<u8>> = Vec::with_capacity(BATCH_ROWS);
+            let mut open = true;
+            view.scan(CF_ROWS, lower, upper, |_, value| {
+                pending.push(value.to_vec());
+                if pending.len() == BATCH_ROWS {
+                    open = emit(table.codec.decode(pending.iter().map(Vec::as_slice))?);
+                    pending.clear();
+                }
+                Ok(open)
+            })?;
+            if open && !pending.is_empty() {
+                emit(table.codec.decode(pending.iter().map(Vec::as_slice))?);
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Reads an append-only table: its log partition from offset 0.
+#[derive(Debug)]
+struct LogScan {
+    table: Arc<Table>,
+    view: Arc<ReadView>,
+    partition: u32,
+}
+
+impl PartitionStream for LogScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.table.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let table = self.table.clone();
+        let view = self.view.clone();
+        let partition = self.partition;
+        spawn_reader(self.table.schema.clone(), move |emit| {
+            let topic = table.def.topic();
+            embedded::read_partition(&view, topic, partition, 0, |_, chunk| {
+                let rows = chunk.entries.iter().filter(|e| e.diff > 0).map(|e| e.row);
+                Ok(emit(table.codec.decode(rows)?))
+            })
+        })
+    }
+}
+
+/// Run a blocking reader on its own thread, streaming what it emits.
+fn spawn_reader(
+    schema: SchemaRef,
+    read: impl FnOnce(&mut dyn FnMut(RecordBatch) -> bool) -> crate::Result<()> + Send + 'static,
+) -> SendableRecordBatchStream {
+    let (tx, rx) = tokio::sync::mpsc::channel::<DfResult<RecordBatch>>(4);
+    tokio::task::spawn_blocking(move || {
+        let mut emit =
+            |batch: RecordBatch| batch.num_rows() == 0 || tx.blocking_send(Ok(batch)).is_ok();
+        if let Err(e) = read(&mut emit) {
+            let _ = tx.blocking_send(Err(DataFusionError::from(e)));
+        }
+    });
+    let stream =
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (b, rx)) });
+    Box::pin(RecordBatchStreamAdapter::new(schema, stream.boxed()))
+}
+
+/// `INSERT` into a table: collects the statement's rows and writes them at once.
+#[derive(Debug)]
+struct TableSink {
+    table: Arc<Table>,
+    writer: crate::state::writer::Writer,
+}
+
+impl DisplayAs for TableSink {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WeirTableSink: table={}", self.table.def.name)
+    }
+}
+
+#[async_trait]
+impl DataSink for TableSink {
+    fn schema(&self) -> &SchemaRef {
+        &self.table.schema
+    }
+
+    async fn write_all(
+        &self,
+        mut data: SendableRecordBatchStream,
+        _context: &Arc<TaskContext>,
+    ) -> DfResult<u64> {
+        let mut batches = Vec::new();
+        while let Some(batch) = data.next().await {
+            batches.push(batch?);
+        }
+        Ok(write::insert_batches(&self.table, &self.writer, &batches).await?)
+    }
+}

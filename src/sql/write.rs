@@ -1,0 +1,124 @@
+//! Turning rows into write requests: the shared path of INSERT, COPY, UPDATE and DELETE.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, RecordBatch};
+
+use crate::catalog::Table;
+use crate::error::{Error, Result};
+use crate::state::writer::{Change, KeyedRow, WriteOp, Writer};
+
+/// Write a statement's rows to a table; returns how many were inserted.
+pub async fn insert_batches(
+    table: &Arc<Table>,
+    writer: &Writer,
+    batches: &[RecordBatch],
+) -> Result<u64> {
+    for batch in batches {
+        check_not_null(table, batch)?;
+    }
+    let op = if table.def.append_only {
+        WriteOp::Append {
+            rows: encode_rows(table, batches)?,
+        }
+    } else if table.def.is_keyed() {
+        WriteOp::Insert {
+            rows: keyed_rows(table, batches)?,
+        }
+    } else {
+        WriteOp::InsertUnkeyed {
+            rows: encode_rows(table, batches)?,
+        }
+    };
+    writer.write(table.target(), op).await
+}
+
+/// Delete the given current rows (full rows in the table's schema).
+pub async fn delete_rows(table: &Arc<Table>, writer: &Writer, rows: &[RecordBatch]) -> Result<u64> {
+    refuse_append_only(table, "DELETE")?;
+    let keys = keyed_rows(table, rows)?
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    writer.write(table.target(), WriteOp::Delete { keys }).await
+}
+
+/// Replace `old` rows by `new` rows, pairwise.
+pub async fn update_rows(
+    table: &Arc<Table>,
+    writer: &Writer,
+    old: &[RecordBatch],
+    new: &[RecordBatch],
+) -> Result<u64> {
+    refuse_append_only(table, "UPDATE")?;
+    for batch in new {
+        check_not_null(table, batch)?;
+    }
+    let old = keyed_rows(table, old)?;
+    let new = keyed_rows(table, new)?;
+    let changes = old
+        .into_iter()
+        .zip(new)
+        .map(|(old, new)| Change {
+            old_key: old.key,
+            old_row: old.row,
+            new,
+        })
+        .collect();
+    writer
+        .write(table.target(), WriteOp::Update { changes })
+        .await
+}
+
+fn refuse_append_only(table: &Table, verb: &str) -> Result<()> {
+    if table.def.append_only {
+        return Err(Error::NotSupported(format!(
+            "{verb} is not supported on append-only table \"{}\"",
+            table.def.name
+        )));
+    }
+    Ok(())
+}
+
+fn check_not_null(table: &Table, batch: &RecordBatch) -> Result<()> {
+    for (i, field) in table.schema.fields().iter().enumerate() {
+        let nullable = field.is_nullable() && !table.def.primary_key.contains(&i);
+        if !nullable && batch.column(i).null_count() > 0 {
+            return Err(Error::NotNullViolation {
+                table: table.def.name.clone(),
+                column: field.name().clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn encode_rows(table: &Table, batches: &[RecordBatch]) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+    for batch in batches {
+        let rows = table.codec.encode_rows(batch)?;
+        out.extend(rows.iter().map(|r| r.data().to_vec()));
+    }
+    Ok(out)
+}
+
+/// Rows with their keys. Tables without a primary key are keyed by their
+/// position, which the statement read along with the row; see `row_position`.
+fn keyed_rows(table: &Table, batches: &[RecordBatch]) -> Result<Vec<KeyedRow>> {
+    if !table.def.is_keyed() {
+        return Err(Error::NotSupported(format!(
+            "UPDATE and DELETE need a primary key; table \"{}\" has none",
+            table.def.name
+        )));
+    }
+    let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
+    for batch in batches {
+        let keys = table.codec.encode_keys(batch)?;
+        let rows = table.codec.encode_rows(batch)?;
+        out.extend(keys.iter().zip(rows.iter()).map(|(k, r)| KeyedRow {
+            key: k.data().to_vec(),
+            row: r.data().to_vec(),
+        }));
+    }
+    Ok(out)
+}

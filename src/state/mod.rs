@@ -1,0 +1,143 @@
+//! Storage: one RocksDB instance per node.
+//!
+//! Column families, each with its key layout in [`keys`]:
+//! - `catalog`: object definitions (JSON) and the id sequence;
+//! - `rows`: current contents of keyed tables, `table id ++ key -> row`;
+//! - `log`: the embedded log, `topic ++ partition ++ base offset -> chunk`.
+//!
+//! Writes go through the [`writer::Writer`], which group-commits. Reads take
+//! a [`ReadView`], one RocksDB snapshot shared by everything a statement reads.
+
+pub mod keys;
+pub mod rows;
+pub mod writer;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rocksdb::{
+    ColumnFamily, ColumnFamilyDescriptor, DB, Options, ReadOptions, SnapshotWithThreadMode,
+};
+
+use crate::error::{Error, Result};
+
+pub const CF_CATALOG: &str = "catalog";
+pub const CF_ROWS: &str = "rows";
+pub const CF_LOG: &str = "log";
+
+/// The node's RocksDB instance.
+pub struct Store {
+    db: Arc<DB>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.db.path())
+            .finish()
+    }
+}
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store> {
+        std::fs::create_dir_all(path)?;
+        let mut options = Options::default();
+        options.create_if_missing(true);
+        options.create_missing_column_families(true);
+        options.increase_parallelism(2);
+        let families = [CF_CATALOG, CF_ROWS, CF_LOG]
+            .into_iter()
+            .map(|name| ColumnFamilyDescriptor::new(name, family_options()));
+        let db = DB::open_cf_descriptors(&options, path, families)?;
+        Ok(Store { db: Arc::new(db) })
+    }
+
+    pub fn db(&self) -> &Arc<DB> {
+        &self.db
+    }
+
+    /// A consistent view of everything committed so far.
+    pub fn read_view(&self) -> Arc<ReadView> {
+        Arc::new(ReadView::new(self.db.clone(), |db| db.snapshot()))
+    }
+}
+
+fn family_options() -> Options {
+    let mut options = Options::default();
+    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    options
+}
+
+/// A column family handle; the families are created at open, so absence is a bug.
+pub fn cf<'a>(db: &'a DB, name: &str) -> &'a ColumnFamily {
+    db.cf_handle(name)
+        .expect("column families are created when the store opens")
+}
+
+self_cell::self_cell!(
+    /// A RocksDB snapshot that owns its database handle, so that a statement
+    /// can share it across the tasks DataFusion runs.
+    pub struct ReadView {
+        owner: Arc<DB>,
+        #[covariant]
+        dependent: Snapshot,
+    }
+);
+
+type Snapshot<'a> = SnapshotWithThreadMode<'a, DB>;
+
+impl ReadView {
+    /// Read options pinned to this snapshot.
+    pub fn read_options(&self) -> ReadOptions {
+        let mut options = ReadOptions::default();
+        options.set_snapshot(self.borrow_dependent());
+        options
+    }
+
+    pub fn db(&self) -> &DB {
+        self.borrow_owner()
+    }
+
+    /// Point reads of many keys in one family, in order.
+    pub fn multi_get(&self, family: &str, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let db = self.db();
+        let handle = cf(db, family);
+        let options = self.read_options();
+        db.batched_multi_get_cf_opt(handle, keys.iter(), false, &options)
+            .into_iter()
+            .map(|r| r.map(|v| v.map(|p| p.to_vec())).map_err(Error::from))
+            .collect()
+    }
+
+    /// Visit every entry whose key starts with `prefix` and lies in `[lower, upper)`.
+    pub fn scan(
+        &self,
+        family: &str,
+        lower: Vec<u8>,
+        upper: Vec<u8>,
+        mut visit: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let db = self.db();
+        let mut options = self.read_options();
+        options.set_iterate_range(lower.clone()..upper);
+        let mut iter = db.raw_iterator_cf_opt(cf(db, family), options);
+        iter.seek(&lower);
+        while iter.valid() {
+            let (Some(key), Some(value)) = (iter.key(), iter.value()) else {
+                break;
+            };
+            if !visit(key, value)? {
+                return Ok(());
+            }
+            iter.next();
+        }
+        iter.status()?;
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for ReadView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ReadView")
+    }
+}

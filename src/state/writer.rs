@@ -1,0 +1,587 @@
+//! The writer: applies every table write on one thread and group-commits.
+//!
+//! Statements send a [`WriteRequest`] and wait for its reply. The writer takes
+//! every request that is waiting, checks each against the committed state plus
+//! the requests before it in the same group (an overlay), and commits the group
+//! in one RocksDB `WriteBatch` with one fsync. A request that fails its checks
+//! (a duplicate key, a concurrent update) contributes nothing and gets its own
+//! error; the others commit. So a statement is atomic, and many concurrent
+//! writers share one sync.
+//!
+//! Log offsets are assigned here, which makes each partition's offsets dense
+//! and ordered by commit.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Weak};
+
+use rocksdb::{DB, WriteBatch, WriteOptions};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::{Error, Result};
+use crate::log::embedded::{CHUNK_ROWS, chunk_len, encode_chunk};
+use crate::state::{CF_LOG, CF_ROWS, cf, keys};
+
+/// What a write is applied to.
+#[derive(Clone)]
+pub struct Target {
+    pub table: u64,
+    pub name: String,
+    pub topic: u64,
+    pub partitions: u32,
+    /// The constraint name reported on duplicate keys, e.g. `t_pkey`.
+    pub constraint: String,
+    /// Renders an encoded key for error messages, e.g. `(id)=(1)`.
+    pub describe_key: Arc<dyn Fn(&[u8]) -> String + Send + Sync>,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("table", &self.table)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// One encoded row: its key in the `rows` family (without the table prefix) and its bytes.
+#[derive(Debug, Clone)]
+pub struct KeyedRow {
+    pub key: Vec<u8>,
+    pub row: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub enum WriteOp {
+    /// Append-only tables: records go to the log only.
+    Append { rows: Vec<Vec<u8>> },
+    /// Keyed tables: insert rows whose keys must not exist yet.
+    Insert { rows: Vec<KeyedRow> },
+    /// Tables without a primary key: the writer keys each row by its log position.
+    InsertUnkeyed { rows: Vec<Vec<u8>> },
+    /// Delete rows by key; rows already gone are skipped.
+    Delete { keys: Vec<Vec<u8>> },
+    /// Replace rows: each old row must still be as the statement read it.
+    Update { changes: Vec<Change> },
+}
+
+#[derive(Debug)]
+pub struct Change {
+    pub old_key: Vec<u8>,
+    pub old_row: Vec<u8>,
+    pub new: KeyedRow,
+}
+
+#[derive(Debug)]
+pub struct WriteRequest {
+    pub target: Target,
+    pub op: WriteOp,
+    pub reply: oneshot::Sender<Result<u64>>,
+}
+
+/// A handle to the writer thread.
+#[derive(Clone, Debug)]
+pub struct Writer {
+    tx: mpsc::Sender<WriteRequest>,
+}
+
+impl Writer {
+    /// Start the writer thread. It stops when every handle is dropped.
+    ///
+    /// The thread holds the database only while it commits, so that whoever
+    /// owns the store decides when RocksDB closes (it must close before exit).
+    pub fn start(db: Arc<DB>) -> Result<Writer> {
+        let (tx, rx) = mpsc::channel(1024);
+        let db = Arc::downgrade(&db);
+        std::thread::Builder::new()
+            .name("weir-writer".into())
+            .spawn(move || run(db, rx))?;
+        Ok(Writer { tx })
+    }
+
+    /// Apply one statement's writes; returns the rows affected once durable.
+    pub async fn write(&self, target: Target, op: WriteOp) -> Result<u64> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(WriteRequest { target, op, reply })
+            .await
+            .map_err(|_| Error::ShuttingDown)?;
+        rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+}
+
+/// Requests committed together at most; bounds a group's memory.
+const MAX_GROUP: usize = 256;
+
+fn run(db: Weak<DB>, mut rx: mpsc::Receiver<WriteRequest>) {
+    let mut offsets = Offsets::default();
+    while let Some(first) = rx.blocking_recv() {
+        let Some(db) = db.upgrade() else {
+            let _ = first.reply.send(Err(Error::ShuttingDown));
+            break;
+        };
+        let mut requests = vec![first];
+        while requests.len() < MAX_GROUP {
+            match rx.try_recv() {
+                Ok(next) => requests.push(next),
+                Err(_) => break,
+            }
+        }
+        commit_group(&db, &mut offsets, requests);
+    }
+}
+
+fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) {
+    let mut group = Group::default();
+    let mut replies = Vec::with_capacity(requests.len());
+    for request in requests {
+        let mut pending = Pending::new(&group, offsets);
+        let outcome = pending
+            .apply(db, &request.target, request.op)
+            .map(|count| (count, pending.finish()));
+        match outcome {
+            Ok((count, staged)) => {
+                group.absorb(staged, offsets);
+                replies.push((request.reply, Ok(count)));
+            }
+            Err(e) => replies.push((request.reply, Err(e))),
+        }
+    }
+    if let Err(e) = group.commit(db) {
+        tracing::error!(cause = %e, "group commit failed");
+        offsets.forget();
+        let message = e.to_string();
+        for (reply, outcome) in replies {
+            let outcome = outcome.and(Err(Error::Internal(format!("commit failed: {message}"))));
+            let _ = reply.send(outcome);
+        }
+        return;
+    }
+    for (reply, outcome) in replies {
+        // A client that went away does not undo a committed write.
+        let _ = reply.send(outcome);
+    }
+}
+
+/// Next offset of each topic partition, loaded from the log on first use.
+#[derive(Default)]
+struct Offsets {
+    next: HashMap<(u64, u32), u64>,
+}
+
+impl Offsets {
+    fn get(&mut self, db: &DB, topic: u64, partition: u32) -> Result<u64> {
+        if let Some(next) = self.next.get(&(topic, partition)) {
+            return Ok(*next);
+        }
+        let next = log_end(db, topic, partition)?;
+        self.next.insert((topic, partition), next);
+        Ok(next)
+    }
+
+    fn forget(&mut self) {
+        self.next.clear();
+    }
+}
+
+/// The offset after the last record of a partition.
+pub fn log_end(db: &DB, topic: u64, partition: u32) -> Result<u64> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let mut iter = db.raw_iterator_cf(cf(db, CF_LOG));
+    iter.seek_for_prev(keys::prefix_end(&prefix));
+    iter.status()?;
+    if !iter.valid() {
+        return Ok(0);
+    }
+    match (iter.key(), iter.value()) {
+        (Some(key), Some(value)) if key.starts_with(&prefix) => {
+            let base = keys::log_key_offset(key)
+                .ok_or_else(|| Error::Internal("malformed log key".into()))?;
+            Ok(base + chunk_len(value)?)
+        }
+        _ => Ok(0),
+    }
+}
+
+/// Everything the requests of one group have staged so far.
+#[derive(Default)]
+struct Group {
+    ops: Vec<Op>,
+    /// Row keys (with table prefix) written by earlier requests, to the op that wrote them last.
+    overlay: HashMap<Vec<u8>, usize>,
+}
+
+enum Op {
+    PutRow(Vec<u8>, Vec<u8>),
+    DeleteRow(Vec<u8>),
+    PutLog(Vec<u8>, Vec<u8>),
+}
+
+impl Group {
+    fn absorb(&mut self, staged: Staged, offsets: &mut Offsets) {
+        for (key, value) in staged.rows {
+            self.overlay.insert(key.clone(), self.ops.len());
+            self.ops.push(match value {
+                Some(v) => Op::PutRow(key, v),
+                None => Op::DeleteRow(key),
+            });
+        }
+        for (key, chunk) in staged.log {
+            self.ops.push(Op::PutLog(key, chunk));
+        }
+        offsets.next.extend(staged.offsets);
+    }
+
+    /// The value an earlier request of this group left under a row key, if any wrote it.
+    fn lookup(&self, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let index = self.overlay.get(key)?;
+        match &self.ops[*index] {
+            Op::PutRow(_, value) => Some(Some(value.clone())),
+            Op::DeleteRow(_) | Op::PutLog(..) => Some(None),
+        }
+    }
+
+    fn commit(self, db: &DB) -> Result<()> {
+        let rows = cf(db, CF_ROWS);
+        let log = cf(db, CF_LOG);
+        let mut batch = WriteBatch::default();
+        for op in self.ops {
+            match op {
+                Op::PutRow(k, v) => batch.put_cf(rows, k, v),
+                Op::DeleteRow(k) => batch.delete_cf(rows, k),
+                Op::PutLog(k, v) => batch.put_cf(log, k, v),
+            }
+        }
+        let mut options = WriteOptions::default();
+        options.set_sync(true);
+        db.write_opt(batch, &options)?;
+        Ok(())
+    }
+}
+
+/// What one request would change, kept apart until its checks pass.
+#[derive(Default)]
+struct Staged {
+    rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    log: Vec<(Vec<u8>, Vec<u8>)>,
+    offsets: HashMap<(u64, u32), u64>,
+}
+
+struct Pending<'g> {
+    group: &'g Group,
+    offsets: &'g mut Offsets,
+    staged: Staged,
+    /// Log records per partition, in order.
+    records: HashMap<u32, Vec<(i64, Vec<u8>)>>,
+}
+
+impl<'g> Pending<'g> {
+    fn new(group: &'g Group, offsets: &'g mut Offsets) -> Self {
+        Pending {
+            group,
+            offsets,
+            staged: Staged::default(),
+            records: HashMap::new(),
+        }
+    }
+
+    fn apply(&mut self, db: &DB, target: &Target, op: WriteOp) -> Result<u64> {
+        let count = match op {
+            WriteOp::Append { rows } => self.append(target, rows),
+            WriteOp::Insert { rows } => self.insert(db, target, rows)?,
+            WriteOp::InsertUnkeyed { rows } => self.insert_unkeyed(db, target, rows)?,
+            WriteOp::Delete { keys } => self.delete(db, target, keys)?,
+            WriteOp::Update { changes } => self.update(db, target, changes)?,
+        };
+        self.flush_log(db, target)?;
+        Ok(count)
+    }
+
+    fn finish(self) -> Staged {
+        self.staged
+    }
+
+    fn append(&mut self, target: &Target, rows: Vec<Vec<u8>>) -> u64 {
+        let count = rows.len() as u64;
+        // Spread statements over partitions; each statement stays in one partition, in order.
+        let partition = (target.table as u32).wrapping_add(count as u32) % target.partitions.max(1);
+        let records = self.records.entry(partition).or_default();
+        records.extend(rows.into_iter().map(|row| (1, row)));
+        count
+    }
+
+    fn insert(&mut self, db: &DB, target: &Target, rows: Vec<KeyedRow>) -> Result<u64> {
+        let mut seen = HashSet::with_capacity(rows.len());
+        for row in &rows {
+            if !seen.insert(row.key.as_slice()) {
+                return Err(duplicate(target, row));
+            }
+        }
+        let full: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|r| keys::row_key(target.table, &r.key))
+            .collect();
+        let current = self.current(db, &full)?;
+        if let Some(i) = current.iter().position(Option::is_some) {
+            return Err(duplicate(target, &rows[i]));
+        }
+        let count = rows.len() as u64;
+        for (key, row) in full.into_iter().zip(rows) {
+            self.record(target, &row.key, 1, row.row.clone());
+            self.staged.rows.push((key, Some(row.row)));
+        }
+        Ok(count)
+    }
+
+    fn insert_unkeyed(&mut self, db: &DB, target: &Target, rows: Vec<Vec<u8>>) -> Result<u64> {
+        let count = rows.len() as u64;
+        let partition = (count as u32) % target.partitions.max(1);
+        let mut offset = self.next_offset(db, target.topic, partition)?;
+        offset += self.records.get(&partition).map_or(0, Vec::len) as u64;
+        for row in rows {
+            let key = keys::log_key(0, partition, offset)[8..].to_vec();
+            self.staged
+                .rows
+                .push((keys::row_key(target.table, &key), Some(row.clone())));
+            self.records.entry(partition).or_default().push((1, row));
+            offset += 1;
+        }
+        Ok(count)
+    }
+
+    fn delete(&mut self, db: &DB, target: &Target, row_keys: Vec<Vec<u8>>) -> Result<u64> {
+        let unique: Vec<Vec<u8>> = {
+            let mut seen = HashSet::new();
+            row_keys
+                .into_iter()
+                .filter(|k| seen.insert(k.clone()))
+                .collect()
+        };
+        let full: Vec<Vec<u8>> = unique
+            .iter()
+            .map(|k| keys::row_key(target.table, k))
+            .collect();
+        let current = self.current(db, &full)?;
+        let mut count = 0;
+        for ((key, full), old) in unique.iter().zip(full).zip(current) {
+            if let Some(old) = old {
+                self.record(target, key, -1, old);
+                self.staged.rows.push((full, None));
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+
+    fn update(&mut self, db: &DB, target: &Target, changes: Vec<Change>) -> Result<u64> {
+        let old_full: Vec<Vec<u8>> = changes
+            .iter()
+            .map(|c| keys::row_key(target.table, &c.old_key))
+            .collect();
+        let current = self.current(db, &old_full)?;
+        let mut removed = HashSet::new();
+        for ((change, full), now) in changes.iter().zip(&old_full).zip(&current) {
+            if now.as_deref() != Some(change.old_row.as_slice()) {
+                return Err(Error::SerializationFailure);
+            }
+            removed.insert(full.clone());
+        }
+        // Keys are checked after every old row is gone, so `SET id = id + 1` works.
+        let new_full: Vec<Vec<u8>> = changes
+            .iter()
+            .map(|c| keys::row_key(target.table, &c.new.key))
+            .collect();
+        let mut taken = HashSet::new();
+        let outside: Vec<Vec<u8>> = new_full
+            .iter()
+            .filter(|k| !removed.contains(*k))
+            .cloned()
+            .collect();
+        let existing: HashSet<Vec<u8>> = outside
+            .iter()
+            .zip(self.current(db, &outside)?)
+            .filter_map(|(k, v)| v.map(|_| k.clone()))
+            .collect();
+        for (change, full) in changes.iter().zip(&new_full) {
+            if !taken.insert(full.clone()) || existing.contains(full) {
+                return Err(duplicate(target, &change.new));
+            }
+        }
+        for (change, full) in changes.iter().zip(&old_full) {
+            self.record(target, &change.old_key, -1, change.old_row.clone());
+            self.staged.rows.push((full.clone(), None));
+        }
+        for (change, full) in changes.iter().zip(new_full) {
+            self.record(target, &change.new.key, 1, change.new.row.clone());
+            self.staged.rows.push((full, Some(change.new.row.clone())));
+        }
+        Ok(changes.len() as u64)
+    }
+
+    /// Current values of full row keys: earlier requests of the group first, then the store.
+    fn current(&self, db: &DB, full_keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = vec![None; full_keys.len()];
+        let mut misses = Vec::new();
+        for (i, key) in full_keys.iter().enumerate() {
+            match self.group.lookup(key) {
+                Some(value) => out[i] = value,
+                None => misses.push(i),
+            }
+        }
+        let handle = cf(db, CF_ROWS);
+        let found = db.batched_multi_get_cf(handle, misses.iter().map(|i| &full_keys[*i]), false);
+        for (i, value) in misses.into_iter().zip(found) {
+            out[i] = value?.map(|v| v.to_vec());
+        }
+        Ok(out)
+    }
+
+    fn record(&mut self, target: &Target, key: &[u8], diff: i64, row: Vec<u8>) {
+        let partition = keys::partition_of(key, target.partitions);
+        self.records.entry(partition).or_default().push((diff, row));
+    }
+
+    fn next_offset(&mut self, db: &DB, topic: u64, partition: u32) -> Result<u64> {
+        match self.staged.offsets.get(&(topic, partition)) {
+            Some(next) => Ok(*next),
+            None => self.offsets.get(db, topic, partition),
+        }
+    }
+
+    fn flush_log(&mut self, db: &DB, target: &Target) -> Result<()> {
+        let records = std::mem::take(&mut self.records);
+        for (partition, entries) in records {
+            let mut next = self.next_offset(db, target.topic, partition)?;
+            for chunk in entries.chunks(CHUNK_ROWS) {
+                let encoded = encode_chunk(chunk.iter().map(|(d, r)| (*d, r.as_slice())));
+                self.staged
+                    .log
+                    .push((keys::log_key(target.topic, partition, next), encoded));
+                next += chunk.len() as u64;
+            }
+            self.staged.offsets.insert((target.topic, partition), next);
+        }
+        Ok(())
+    }
+}
+
+fn duplicate(target: &Target, row: &KeyedRow) -> Error {
+    Error::UniqueViolation {
+        constraint: target.constraint.clone(),
+        key: (target.describe_key)(&row.key),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Store;
+
+    fn target() -> Target {
+        Target {
+            table: 7,
+            name: "t".into(),
+            topic: 7,
+            partitions: 2,
+            constraint: "t_pkey".into(),
+            describe_key: Arc::new(|k| format!("{k:?}")),
+        }
+    }
+
+    fn row(key: &[u8], value: &[u8]) -> KeyedRow {
+        KeyedRow {
+            key: key.to_vec(),
+            row: value.to_vec(),
+        }
+    }
+
+    fn total_log(db: &DB) -> u64 {
+        (0..2).map(|p| log_end(db, 7, p).expect("log end")).sum()
+    }
+
+    #[tokio::test]
+    async fn inserts_deletes_and_updates_keep_rows_and_log_in_step() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let writer = Writer::start(store.db().clone()).expect("writer");
+        let insert = WriteOp::Insert {
+            rows: vec![row(b"a", b"1"), row(b"b", b"2")],
+        };
+        assert_eq!(writer.write(target(), insert).await.expect("insert"), 2);
+
+        let dup = WriteOp::Insert {
+            rows: vec![row(b"c", b"3"), row(b"a", b"9")],
+        };
+        let err = writer.write(target(), dup).await.expect_err("duplicate");
+        assert_eq!(err.sqlstate(), "23505");
+        assert_eq!(
+            total_log(store.db()),
+            2,
+            "a failed statement writes no log records"
+        );
+
+        let update = WriteOp::Update {
+            changes: vec![Change {
+                old_key: b"a".to_vec(),
+                old_row: b"1".to_vec(),
+                new: row(b"z", b"5"),
+            }],
+        };
+        assert_eq!(writer.write(target(), update).await.expect("update"), 1);
+        let stale = WriteOp::Update {
+            changes: vec![Change {
+                old_key: b"b".to_vec(),
+                old_row: b"old".to_vec(),
+                new: row(b"b", b"6"),
+            }],
+        };
+        assert_eq!(
+            writer
+                .write(target(), stale)
+                .await
+                .expect_err("stale")
+                .sqlstate(),
+            "40001"
+        );
+
+        let delete = WriteOp::Delete {
+            keys: vec![b"b".to_vec(), b"missing".to_vec()],
+        };
+        assert_eq!(writer.write(target(), delete).await.expect("delete"), 1);
+        // +a +b, then -a +z, then -b.
+        assert_eq!(total_log(store.db()), 5);
+        let view = store.read_view();
+        let found = view
+            .multi_get(
+                crate::state::CF_ROWS,
+                &[keys::row_key(7, b"z"), keys::row_key(7, b"b")],
+            )
+            .expect("read");
+        assert_eq!(found, vec![Some(b"5".to_vec()), None]);
+    }
+
+    #[tokio::test]
+    async fn concurrent_requests_in_one_group_see_each_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let writer = Writer::start(store.db().clone()).expect("writer");
+        let attempts = (0..20).map(|_| {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                writer
+                    .write(
+                        target(),
+                        WriteOp::Insert {
+                            rows: vec![row(b"same", b"x")],
+                        },
+                    )
+                    .await
+                    .is_ok()
+            })
+        });
+        let mut wins = 0;
+        for attempt in attempts {
+            wins += usize::from(attempt.await.expect("task"));
+        }
+        assert_eq!(wins, 1);
+    }
+}

@@ -1,0 +1,132 @@
+//! A real weir server process for tests: its own port and data directory.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct TestServer {
+    child: Option<Child>,
+    pub port: u16,
+    pub http_port: u16,
+    dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+impl TestServer {
+    /// Start a server on a fresh data directory.
+    pub fn start() -> TestServer {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let dir = temp.path().to_path_buf();
+        let mut server = TestServer {
+            child: None,
+            port: 0,
+            http_port: 0,
+            dir,
+            _temp: Some(temp),
+        };
+        server.spawn();
+        server
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn spawn(&mut self) {
+        self.port = free_port();
+        self.http_port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--http-listen")
+            .arg(format!("127.0.0.1:{}", self.http_port))
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .env("WEIR_LOG", "warn")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start weir");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                panic!("weir exited before accepting connections: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("weir did not accept connections within 30 s");
+    }
+
+    /// SIGKILL the server: nothing gets to flush or clean up.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM the server and wait for it to exit; returns whether it exited cleanly.
+    pub fn terminate(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        false
+    }
+
+    /// Start again on the same data directory.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn connection_string(&self) -> String {
+        format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port)
+    }
+
+    pub async fn connect(&self) -> tokio_postgres::Client {
+        let (client, connection) =
+            tokio_postgres::connect(&self.connection_string(), tokio_postgres::NoTls)
+                .await
+                .expect("connect to weir");
+        tokio::spawn(connection);
+        client
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

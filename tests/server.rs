@@ -1,0 +1,288 @@
+//! End-to-end checks that need process control: restarts, kills, cancels.
+
+mod common;
+
+use common::TestServer;
+
+async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.expect("query").get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_rows_survive_sigkill_exactly_once() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE kv (k BIGINT PRIMARY KEY, v VARCHAR);
+             CREATE STREAM events (id BIGINT, body VARCHAR);",
+        )
+        .await
+        .expect("create");
+    for i in 0..200i64 {
+        client
+            .execute("INSERT INTO kv VALUES ($1, $2)", &[&i, &format!("v{i}")])
+            .await
+            .expect("insert");
+    }
+    client
+        .batch_execute("INSERT INTO events SELECT value, 'e' FROM generate_series(1, 5000)")
+        .await
+        .expect("bulk insert");
+    client
+        .execute("DELETE FROM kv WHERE k < 10", &[])
+        .await
+        .expect("delete");
+    client
+        .execute("UPDATE kv SET v = 'changed' WHERE k = 50", &[])
+        .await
+        .expect("update");
+    drop(client);
+
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    assert_eq!(count(&client, "SELECT count(*) FROM kv").await, 190);
+    assert_eq!(
+        count(&client, "SELECT count(DISTINCT k) FROM kv").await,
+        190
+    );
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 5000);
+    assert_eq!(
+        count(&client, "SELECT count(DISTINCT id) FROM events").await,
+        5000
+    );
+    let v: String = client
+        .query_one("SELECT v FROM kv WHERE k = 50", &[])
+        .await
+        .expect("point read")
+        .get(0);
+    assert_eq!(v, "changed");
+
+    // Writes after the restart continue the log where it ended.
+    client
+        .execute("INSERT INTO events VALUES (5001, 'after')", &[])
+        .await
+        .expect("insert after restart");
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 5001);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_shuts_down_cleanly_and_keeps_the_catalog() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (a INT PRIMARY KEY); INSERT INTO t VALUES (1), (2), (3);")
+        .await
+        .expect("setup");
+    drop(client);
+    assert!(server.terminate(), "weir should exit 0 on SIGTERM");
+    server.restart();
+    let client = server.connect().await;
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicate_keys_commit_exactly_one() {
+    let server = TestServer::start();
+    let setup = server.connect().await;
+    setup
+        .batch_execute("CREATE TABLE u (id BIGINT PRIMARY KEY, who INT)")
+        .await
+        .expect("create");
+    let mut tasks = Vec::new();
+    for who in 0..8i32 {
+        let client = server.connect().await;
+        tasks.push(tokio::spawn(async move {
+            let mut won = 0;
+            for id in 0..50i64 {
+                if client
+                    .execute("INSERT INTO u VALUES ($1, $2)", &[&id, &who])
+                    .await
+                    .is_ok()
+                {
+                    won += 1;
+                }
+            }
+            won
+        }));
+    }
+    let mut total = 0;
+    for task in tasks {
+        total += task.await.expect("task");
+    }
+    assert_eq!(total, 50, "each key is inserted by exactly one session");
+    assert_eq!(count(&setup, "SELECT count(*) FROM u").await, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_running_query() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let token = client.cancel_token();
+    let query = tokio::spawn(async move {
+        client
+            .simple_query(
+                "SELECT count(*) FROM generate_series(1, 2000000000) a CROSS JOIN generate_series(1, 10) b",
+            )
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    token
+        .cancel_query(tokio_postgres::NoTls)
+        .await
+        .expect("send cancel");
+    let result = tokio::time::timeout(std::time::Duration::from_secs(20), query)
+        .await
+        .expect("the query should stop soon after the cancel")
+        .expect("task");
+    let error = result.expect_err("a cancelled query fails");
+    assert_eq!(error.code().map(|c| c.code()), Some("57014"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_endpoint_answers() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client.simple_query("SELECT 1").await.expect("query");
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
+        .await
+        .expect("http connect");
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .expect("send");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.expect("read");
+    assert!(body.starts_with("HTTP/1.1 200"));
+    assert!(body.contains("weir_statements_total"));
+}
+
+#[test]
+fn help_lists_every_fixed_flag() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .arg("--help")
+        .output()
+        .expect("run weir --help");
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in ["--listen", "--http-listen", "--data-dir", "--config"] {
+        assert!(help.contains(flag), "--help should mention {flag}");
+    }
+}
+
+async fn copy_in(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    data: &str,
+) -> Result<u64, tokio_postgres::Error> {
+    use futures::SinkExt;
+    let sink = client.copy_in(sql).await?;
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(data.to_string())).await?;
+    sink.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_from_stdin_in_text_and_csv() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE p (id BIGINT PRIMARY KEY, name VARCHAR, score DOUBLE)")
+        .await
+        .expect("create");
+    let text = "1\tann\t1.5\n2\t\\N\t2\n3\twith\\ttab\t-1\n";
+    assert_eq!(
+        copy_in(&client, "COPY p FROM STDIN", text)
+            .await
+            .expect("text copy"),
+        3
+    );
+    let csv = "id,name\n10,\"x, y\"\n11,z\n";
+    assert_eq!(
+        copy_in(
+            &client,
+            "COPY p (id, name) FROM STDIN WITH (FORMAT csv, HEADER true)",
+            csv
+        )
+        .await
+        .expect("csv copy"),
+        2
+    );
+    let rows = client
+        .query("SELECT id, name, score FROM p ORDER BY id", &[])
+        .await
+        .expect("select");
+    let names: Vec<Option<String>> = rows.iter().map(|r| r.get(1)).collect();
+    assert_eq!(
+        names,
+        vec![
+            Some("ann".into()),
+            None,
+            Some("with\ttab".into()),
+            Some("x, y".into()),
+            Some("z".into())
+        ]
+    );
+    // A bad value or a duplicate key rejects the whole COPY.
+    let bad = copy_in(
+        &client,
+        "COPY p FROM STDIN",
+        "20\tq\t1\n21\tr\tnotanumber\n",
+    )
+    .await;
+    assert_eq!(
+        bad.expect_err("bad value").code().map(|c| c.code()),
+        Some("22P02")
+    );
+    let dup = copy_in(&client, "COPY p FROM STDIN", "30\tq\t1\n1\tr\t2\n").await;
+    assert_eq!(
+        dup.expect_err("duplicate").code().map(|c| c.code()),
+        Some("23505")
+    );
+    assert_eq!(count(&client, "SELECT count(*) FROM p").await, 5);
+    // The connection is usable after a failed COPY.
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM p WHERE id >= 20").await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_take_parameters() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE kv (k BIGINT PRIMARY KEY, v VARCHAR)")
+        .await
+        .expect("create");
+    let insert = client
+        .prepare("INSERT INTO kv VALUES ($1, $2)")
+        .await
+        .expect("prepare");
+    for k in 0..10i64 {
+        let n = client
+            .execute(&insert, &[&k, &format!("v{k}")])
+            .await
+            .expect("insert");
+        assert_eq!(n, 1);
+    }
+    let select = client
+        .prepare("SELECT v FROM kv WHERE k = $1")
+        .await
+        .expect("prepare");
+    let row = client.query_one(&select, &[&7i64]).await.expect("select");
+    let v: String = row.get(0);
+    assert_eq!(v, "v7");
+    let n = client
+        .execute("UPDATE kv SET v = $1 WHERE k < $2", &[&"low", &3i64])
+        .await
+        .expect("update");
+    assert_eq!(n, 3);
+    let n = client
+        .execute("DELETE FROM kv WHERE k >= $1", &[&8i64])
+        .await
+        .expect("delete");
+    assert_eq!(n, 2);
+    assert_eq!(count(&client, "SELECT count(*) FROM kv").await, 8);
+}

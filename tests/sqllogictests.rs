@@ -1,0 +1,256 @@
+//! Runs every `.slt` file under `sql-tests/` against a real weir process,
+//! once over the simple query protocol and once over the extended one, each
+//! run with a fresh server and data directory.
+//!
+//! `cargo test --test sqllogictests -- [FILTER]` runs the files whose path contains FILTER.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
+use tokio_postgres::types::Type;
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use common::TestServer;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    Simple,
+    Extended,
+}
+
+struct WeirDb {
+    client: Client,
+    protocol: Protocol,
+}
+
+#[derive(Debug)]
+struct DbError(tokio_postgres::Error);
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(
+                f,
+                "{}: {} (SQLSTATE {})",
+                db.severity(),
+                db.message(),
+                db.code().code()
+            ),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+impl std::error::Error for DbError {}
+
+#[async_trait]
+impl AsyncDB for WeirDb {
+    type Error = DbError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
+        match self.protocol {
+            Protocol::Simple => run_simple(&self.client, sql).await,
+            Protocol::Extended => run_extended(&self.client, sql).await,
+        }
+        .map_err(DbError)
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        match self.protocol {
+            Protocol::Simple => "weir-simple",
+            Protocol::Extended => "weir-extended",
+        }
+    }
+
+    async fn sleep(dur: Duration) {
+        tokio::time::sleep(dur).await
+    }
+
+    fn error_sql_state(err: &DbError) -> Option<String> {
+        err.0.code().map(|c| c.code().to_string())
+    }
+}
+
+async fn run_simple(
+    client: &Client,
+    sql: &str,
+) -> Result<DBOutput<DefaultColumnType>, tokio_postgres::Error> {
+    let messages = client.simple_query(sql).await?;
+    let mut rows = Vec::new();
+    let mut width = None;
+    let mut count = 0;
+    for message in messages {
+        match message {
+            SimpleQueryMessage::Row(row) => {
+                rows.push((0..row.len()).map(|i| text(row.get(i))).collect::<Vec<_>>());
+            }
+            SimpleQueryMessage::RowDescription(columns) => width = Some(columns.len()),
+            SimpleQueryMessage::CommandComplete(n) => count = n,
+            _ => {}
+        }
+    }
+    Ok(match width {
+        Some(width) => DBOutput::Rows {
+            types: vec![DefaultColumnType::Any; width],
+            rows,
+        },
+        None => DBOutput::StatementComplete(count),
+    })
+}
+
+fn text(value: Option<&str>) -> String {
+    match value {
+        None => "NULL".to_string(),
+        Some("") => "(empty)".to_string(),
+        Some(v) => v.to_string(),
+    }
+}
+
+async fn run_extended(
+    client: &Client,
+    sql: &str,
+) -> Result<DBOutput<DefaultColumnType>, tokio_postgres::Error> {
+    let statement = client.prepare(sql).await?;
+    if statement.columns().is_empty() {
+        let count = client.execute(&statement, &[]).await?;
+        return Ok(DBOutput::StatementComplete(count));
+    }
+    let rows = client.query(&statement, &[]).await?;
+    let formatted = rows
+        .iter()
+        .map(|row| {
+            (0..row.len())
+                .map(|i| format_binary(row, i, row.columns()[i].type_()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    Ok(DBOutput::Rows {
+        types: vec![DefaultColumnType::Any; statement.columns().len()],
+        rows: formatted,
+    })
+}
+
+/// Binary values formatted the way PostgreSQL prints them as text.
+fn format_binary(row: &tokio_postgres::Row, i: usize, ty: &Type) -> String {
+    fn show<T: ToString>(v: Option<T>) -> String {
+        v.map_or_else(|| "NULL".to_string(), |v| v.to_string())
+    }
+    match *ty {
+        Type::BOOL => row.get::<_, Option<bool>>(i).map_or_else(
+            || "NULL".into(),
+            |b| if b { "t".into() } else { "f".into() },
+        ),
+        Type::CHAR => show(row.get::<_, Option<i8>>(i)),
+        Type::INT2 => show(row.get::<_, Option<i16>>(i)),
+        Type::INT4 => show(row.get::<_, Option<i32>>(i)),
+        Type::INT8 => show(row.get::<_, Option<i64>>(i)),
+        Type::OID => show(row.get::<_, Option<u32>>(i)),
+        Type::FLOAT4 => show(row.get::<_, Option<f32>>(i)),
+        Type::FLOAT8 => show(row.get::<_, Option<f64>>(i)),
+        Type::NUMERIC => show(row.get::<_, Option<rust_decimal::Decimal>>(i)),
+        Type::DATE => show(row.get::<_, Option<chrono::NaiveDate>>(i)),
+        Type::TIMESTAMP => row.get::<_, Option<chrono::NaiveDateTime>>(i).map_or_else(
+            || "NULL".into(),
+            |t| trim_fraction(t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()),
+        ),
+        Type::TIMESTAMPTZ => row
+            .get::<_, Option<chrono::DateTime<chrono::Utc>>>(i)
+            .map_or_else(
+                || "NULL".into(),
+                |t| trim_fraction(t.format("%Y-%m-%d %H:%M:%S%.6f").to_string()) + "+00",
+            ),
+        _ => row
+            .try_get::<_, Option<String>>(i)
+            .map(|v| text(v.as_deref()))
+            .unwrap_or_else(|e| format!("<unsupported type {ty}: {e}>")),
+    }
+}
+
+fn trim_fraction(s: String) -> String {
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+fn slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            slt_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "slt") {
+            out.push(path);
+        }
+    }
+}
+
+async fn run_file(path: &Path, protocol: Protocol) -> Result<(), String> {
+    let server = TestServer::start();
+    let connection = server.connection_string();
+    let mut runner = sqllogictest::Runner::new(move || {
+        let connection = connection.clone();
+        async move {
+            let (client, conn) = tokio_postgres::connect(&connection, tokio_postgres::NoTls)
+                .await
+                .map_err(DbError)?;
+            tokio::spawn(conn);
+            Ok(WeirDb { client, protocol })
+        }
+    });
+    runner.add_label("weir");
+    let result = runner
+        .run_file_async(path)
+        .await
+        .map_err(|e| e.display(true).to_string());
+    drop(server);
+    result
+}
+
+#[tokio::main]
+async fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("sql-tests");
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let mut files = Vec::new();
+    slt_files(&root, &mut files);
+    files.sort();
+    files.retain(|f| {
+        filter
+            .as_ref()
+            .is_none_or(|p| f.to_string_lossy().contains(p.as_str()))
+    });
+    let (mut passed, mut failed) = (0, 0);
+    for file in &files {
+        let name = file
+            .strip_prefix(&root)
+            .unwrap_or(file)
+            .display()
+            .to_string();
+        for protocol in [Protocol::Simple, Protocol::Extended] {
+            match run_file(file, protocol).await {
+                Ok(()) => {
+                    passed += 1;
+                    println!("ok      {name} ({protocol:?})");
+                }
+                Err(e) => {
+                    failed += 1;
+                    println!("FAILED  {name} ({protocol:?})\n{e}");
+                }
+            }
+        }
+    }
+    println!("\nsqllogictest: {passed} passed, {failed} failed");
+    if failed > 0 || files.is_empty() {
+        std::process::exit(1);
+    }
+}
