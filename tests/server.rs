@@ -286,3 +286,46 @@ async fn prepared_statements_take_parameters() {
     assert_eq!(n, 2);
     assert_eq!(count(&client, "SELECT count(*) FROM kv").await, 8);
 }
+
+async fn entries_read(server: &TestServer) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
+        .await
+        .expect("http connect");
+    stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.expect("send");
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.expect("read");
+    body.lines()
+        .find_map(|l| l.strip_prefix("weir_state_entries_read_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("metric present")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn key_filters_read_only_the_keys_they_name() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE big (id BIGINT PRIMARY KEY, v VARCHAR);
+             INSERT INTO big SELECT value, 'v' FROM generate_series(1, 5000);",
+        )
+        .await
+        .expect("setup");
+    let cases = [
+        ("SELECT v FROM big WHERE id = 4242", 1, 1),
+        ("SELECT v FROM big WHERE id IN (1, 2, 3, 999999)", 3, 4),
+        ("SELECT v FROM big WHERE id BETWEEN 100 AND 109", 10, 10),
+        ("SELECT v FROM big WHERE id > 4990", 10, 10),
+    ];
+    for (sql, rows, max_read) in cases {
+        let before = entries_read(&server).await;
+        let got = client.query(sql, &[]).await.expect("query").len();
+        let read = entries_read(&server).await - before;
+        assert_eq!(got, rows, "{sql}");
+        assert!(read <= max_read, "{sql} read {read} entries, expected at most {max_read}");
+    }
+    let before = entries_read(&server).await;
+    assert_eq!(count(&client, "SELECT count(*) FROM big WHERE v = 'v'").await, 5000);
+    assert!(entries_read(&server).await - before >= 5000, "a filter on a non-key column scans");
+}

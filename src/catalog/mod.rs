@@ -153,10 +153,7 @@ impl Catalog {
     }
 
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {
-        match self.get(name) {
-            Some(Object::Table(t)) => Some(t),
-            None => None,
-        }
+        self.get(name).map(|Object::Table(t)| t)
     }
 
     /// Every object, in name order.

@@ -69,6 +69,10 @@ fn metrics(engine: &Engine) -> String {
             value.load(Ordering::Relaxed)
         ));
     }
+    let read = crate::state::ENTRIES_READ.load(Ordering::Relaxed);
+    out.push_str(&format!(
+        "# HELP weir_state_entries_read_total RocksDB entries read by queries.\n# TYPE weir_state_entries_read_total counter\nweir_state_entries_read_total {read}\n"
+    ));
     let tables = engine.catalog.objects().len();
     out.push_str(&format!(
         "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"

@@ -14,12 +14,17 @@ pub mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{
     ColumnFamily, ColumnFamilyDescriptor, DB, Options, ReadOptions, SnapshotWithThreadMode,
 };
 
 use crate::error::{Error, Result};
+
+/// Entries read through [`ReadView`]s since the process started: the
+/// `weir_state_entries_read_total` metric, and how tests tell a point read from a scan.
+pub static ENTRIES_READ: AtomicU64 = AtomicU64::new(0);
 
 pub const CF_CATALOG: &str = "catalog";
 pub const CF_ROWS: &str = "rows";
@@ -103,6 +108,7 @@ impl ReadView {
         let db = self.db();
         let handle = cf(db, family);
         let options = self.read_options();
+        ENTRIES_READ.fetch_add(keys.len() as u64, Ordering::Relaxed);
         db.batched_multi_get_cf_opt(handle, keys.iter(), false, &options)
             .into_iter()
             .map(|r| r.map(|v| v.map(|p| p.to_vec())).map_err(Error::from))
@@ -126,6 +132,7 @@ impl ReadView {
             let (Some(key), Some(value)) = (iter.key(), iter.value()) else {
                 break;
             };
+            ENTRIES_READ.fetch_add(1, Ordering::Relaxed);
             if !visit(key, value)? {
                 return Ok(());
             }

@@ -31,8 +31,11 @@ pub struct Target {
     /// The constraint name reported on duplicate keys, e.g. `t_pkey`.
     pub constraint: String,
     /// Renders an encoded key for error messages, e.g. `(id)=(1)`.
-    pub describe_key: Arc<dyn Fn(&[u8]) -> String + Send + Sync>,
+    pub describe_key: KeyRenderer,
 }
+
+/// Renders an encoded key for messages; supplied by the catalog, which knows the key's types.
+pub type KeyRenderer = Arc<dyn Fn(&[u8]) -> String + Send + Sync>;
 
 impl std::fmt::Debug for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
