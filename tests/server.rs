@@ -329,3 +329,24 @@ async fn key_filters_read_only_the_keys_they_name() {
     assert_eq!(count(&client, "SELECT count(*) FROM big WHERE v = 'v'").await, 5000);
     assert!(entries_read(&server).await - before >= 5000, "a filter on a non-key column scans");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_vanishes_mid_copy_applies_nothing() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (id BIGINT PRIMARY KEY)")
+        .await
+        .expect("create");
+    {
+        use futures::SinkExt;
+        let other = server.connect().await;
+        let sink = other.copy_in("COPY t FROM STDIN").await.expect("copy");
+        futures::pin_mut!(sink);
+        sink.send(bytes::Bytes::from("1\n2\n3\n")).await.expect("send");
+        // Dropping the client closes the socket before CopyDone.
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
+    client.execute("INSERT INTO t VALUES (1)", &[]).await.expect("server still up");
+}
