@@ -292,7 +292,10 @@ async fn entries_read(server: &TestServer) -> u64 {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
         .await
         .expect("http connect");
-    stream.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.expect("send");
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+        .await
+        .expect("send");
     let mut body = String::new();
     stream.read_to_string(&mut body).await.expect("read");
     body.lines()
@@ -323,11 +326,20 @@ async fn key_filters_read_only_the_keys_they_name() {
         let got = client.query(sql, &[]).await.expect("query").len();
         let read = entries_read(&server).await - before;
         assert_eq!(got, rows, "{sql}");
-        assert!(read <= max_read, "{sql} read {read} entries, expected at most {max_read}");
+        assert!(
+            read <= max_read,
+            "{sql} read {read} entries, expected at most {max_read}"
+        );
     }
     let before = entries_read(&server).await;
-    assert_eq!(count(&client, "SELECT count(*) FROM big WHERE v = 'v'").await, 5000);
-    assert!(entries_read(&server).await - before >= 5000, "a filter on a non-key column scans");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM big WHERE v = 'v'").await,
+        5000
+    );
+    assert!(
+        entries_read(&server).await - before >= 5000,
+        "a filter on a non-key column scans"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -343,10 +355,15 @@ async fn a_client_that_vanishes_mid_copy_applies_nothing() {
         let other = server.connect().await;
         let sink = other.copy_in("COPY t FROM STDIN").await.expect("copy");
         futures::pin_mut!(sink);
-        sink.send(bytes::Bytes::from("1\n2\n3\n")).await.expect("send");
+        sink.send(bytes::Bytes::from("1\n2\n3\n"))
+            .await
+            .expect("send");
         // Dropping the client closes the socket before CopyDone.
     }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
-    client.execute("INSERT INTO t VALUES (1)", &[]).await.expect("server still up");
+    client
+        .execute("INSERT INTO t VALUES (1)", &[])
+        .await
+        .expect("server still up");
 }

@@ -261,15 +261,9 @@ impl QueryParser for StatementParser {
             )));
         }
         let statement = statements.remove(0);
-        let schema = handlers::output_schema(&self.engine, &statement)
+        let (parameter_types, schema) = handlers::describe(&self.engine, &statement)
             .await
             .map_err(to_pg_error)?;
-        let parameter_types = match &statement {
-            Statement::Query(ast) => handlers::query::parameter_types(&self.engine, ast)
-                .await
-                .map_err(to_pg_error)?,
-            _ => Vec::new(),
-        };
         Ok(Some(Prepared {
             statement,
             parameter_types,

@@ -2,12 +2,13 @@
 
 pub mod copy;
 pub mod ddl;
+pub mod insert;
 pub mod query;
 pub mod show;
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ParamValues;
 
 use crate::error::{Error, Result};
@@ -62,23 +63,24 @@ fn transaction(t: Transaction) -> Output {
     }
 }
 
-/// The columns a statement will return, for the extended protocol's Describe.
-pub async fn output_schema(
+/// Parameter types and result columns, for the extended protocol's Describe.
+pub async fn describe(
     engine: &Arc<Engine>,
     statement: &Statement,
-) -> Result<Option<SchemaRef>> {
+) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+    let columns = |schema| Ok((Vec::new(), Some(schema)));
     match statement {
-        Statement::Show(_) => Ok(Some(show::objects_schema())),
-        Statement::ShowCreate { .. } => Ok(Some(show::create_schema())),
-        Statement::ShowVariable(name) => Ok(Some(show::variable_schema(name))),
-        Statement::Describe(_) => Ok(Some(show::describe_schema())),
-        Statement::Query(ast) => query::output_schema(engine, ast).await,
+        Statement::Show(_) => columns(show::objects_schema()),
+        Statement::ShowCreate { .. } => columns(show::create_schema()),
+        Statement::ShowVariable(name) => columns(show::variable_schema(name)),
+        Statement::Describe(_) => columns(show::describe_schema()),
+        Statement::Query(ast) => query::describe(engine, ast).await,
         Statement::CreateTable(_)
         | Statement::Drop(_)
         | Statement::Flush
         | Statement::Copy(_)
         | Statement::Set { .. }
         | Statement::Transaction(_)
-        | Statement::Unsupported(_) => Ok(None),
+        | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

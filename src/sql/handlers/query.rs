@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{Column, ParamValues};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::SessionState;
@@ -39,6 +39,9 @@ pub async fn run(
     ast: &ast::Statement,
     params: Option<&ParamValues>,
 ) -> Result<Output> {
+    if let Some(insert) = super::insert::recognise(engine, ast) {
+        return insert.run(engine, params).await;
+    }
     let (state, mut plan) = plan(engine, ast).await?;
     if let Some(params) = params {
         plan = plan.replace_params_with_values(params)?;
@@ -78,28 +81,28 @@ fn first_words(ast: &ast::Statement) -> String {
         .join(" ")
 }
 
-/// The columns a query returns, or none for statements that return a tag.
-pub async fn output_schema(
+/// What the extended protocol's Describe reports: parameter types (`$1`
+/// first) and result columns (none for statements that return a tag).
+pub async fn describe(
     engine: &Arc<Engine>,
     ast: &ast::Statement,
-) -> Result<Option<SchemaRef>> {
+) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
+    if let Some(insert) = super::insert::recognise(engine, ast) {
+        return Ok((insert.parameter_types(), None));
+    }
     let (_, plan) = plan(engine, ast).await?;
-    Ok(match plan {
+    let schema = match &plan {
         LogicalPlan::Dml(_)
         | LogicalPlan::Ddl(_)
         | LogicalPlan::Statement(_)
         | LogicalPlan::Copy(_) => None,
         other => Some(Arc::new(other.schema().as_arrow().clone())),
-    })
+    };
+    Ok((parameter_types(&plan)?, schema))
 }
 
-/// The parameter types a statement expects, `$1` first.
-pub async fn parameter_types(
-    engine: &Arc<Engine>,
-    ast: &ast::Statement,
-) -> Result<Vec<Option<datafusion::arrow::datatypes::DataType>>> {
-    let (_, plan) = plan(engine, ast).await?;
-    let mut types: Vec<(usize, Option<datafusion::arrow::datatypes::DataType>)> = plan
+fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
+    let mut types: Vec<(usize, Option<DataType>)> = plan
         .get_parameter_types()?
         .into_iter()
         .filter_map(|(name, t)| {
