@@ -26,6 +26,8 @@ pub enum Error {
     DuplicateColumn(String),
     #[error("{0}")]
     InvalidInput(String),
+    #[error("{0}")]
+    OutOfRange(String),
     #[error("duplicate key value violates unique constraint \"{constraint}\"")]
     UniqueViolation { constraint: String, key: String },
     #[error(
@@ -119,6 +121,7 @@ impl Error {
             Error::DuplicateTable(_) => "42P07",
             Error::DuplicateColumn(_) => "42701",
             Error::InvalidInput(_) => "22P02",
+            Error::OutOfRange(_) => "22003",
             Error::UniqueViolation { .. } => "23505",
             Error::NotNullViolation { .. } => "23502",
             Error::DependentObjects { .. } => "2BP01",

@@ -215,6 +215,7 @@ fn cast(value: ScalarValue, target: &DataType, sql_type: &str) -> Result<ScalarV
         return Ok(value);
     }
     let shown = value.to_string();
+    let numeric = value.data_type().is_numeric();
     let array = value.to_array()?;
     let options = datafusion::arrow::compute::CastOptions {
         safe: false,
@@ -222,9 +223,13 @@ fn cast(value: ScalarValue, target: &DataType, sql_type: &str) -> Result<ScalarV
     };
     let cast =
         datafusion::arrow::compute::cast_with_options(&array, target, &options).map_err(|e| {
-            Error::InvalidInput(format!(
-                "invalid input syntax for type {sql_type}: \"{shown}\" ({e})"
-            ))
+            if numeric && target.is_numeric() {
+                Error::OutOfRange(format!("value {shown} is out of range for type {sql_type}"))
+            } else {
+                Error::InvalidInput(format!(
+                    "invalid input syntax for type {sql_type}: \"{shown}\" ({e})"
+                ))
+            }
         })?;
     Ok(ScalarValue::try_from_array(&cast, 0)?)
 }
