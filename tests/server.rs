@@ -145,16 +145,7 @@ async fn metrics_endpoint_answers() {
     let server = TestServer::start();
     let client = server.connect().await;
     client.simple_query("SELECT 1").await.expect("query");
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
-        .await
-        .expect("http connect");
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .expect("send");
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.expect("read");
+    let body = metrics(&server).await;
     assert!(body.starts_with("HTTP/1.1 200"));
     assert!(body.contains("weir_statements_total"));
 }
@@ -287,17 +278,22 @@ async fn prepared_statements_take_parameters() {
     assert_eq!(count(&client, "SELECT count(*) FROM kv").await, 8);
 }
 
-async fn entries_read(server: &TestServer) -> u64 {
+async fn metrics(server: &TestServer) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
         .await
         .expect("http connect");
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\n\r\n")
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .expect("send");
     let mut body = String::new();
     stream.read_to_string(&mut body).await.expect("read");
+    body
+}
+
+async fn entries_read(server: &TestServer) -> u64 {
+    let body = metrics(server).await;
     body.lines()
         .find_map(|l| l.strip_prefix("weir_state_entries_read_total "))
         .and_then(|v| v.trim().parse().ok())

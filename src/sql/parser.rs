@@ -146,12 +146,7 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
 fn sqlparser_one(tokens: Vec<TokenWithSpan>) -> Result<ast::Statement> {
     let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
     let statement = parser.parse_statement()?;
-    if parser.peek_token().token != Token::EOF {
-        return Err(Error::Syntax(format!(
-            "syntax error at or near \"{}\"",
-            parser.peek_token().token
-        )));
-    }
+    expect_end(&parser)?;
     Ok(statement)
 }
 
@@ -219,22 +214,31 @@ fn show_create(tokens: &[TokenWithSpan]) -> Result<Statement> {
     })
 }
 
-/// The object name that follows `skip` leading words.
-fn object_name_after(tokens: &[TokenWithSpan], skip: usize) -> Result<String> {
+/// A parser over the tokens after `skip` leading words.
+fn parser_after(tokens: &[TokenWithSpan], skip: usize) -> Parser<'static> {
     let rest: Vec<TokenWithSpan> = tokens
         .iter()
         .filter(|t| !is_space(&t.token))
         .skip(skip)
         .cloned()
         .collect();
-    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(rest);
-    let name = parser.parse_object_name(false)?;
-    if parser.peek_token().token != Token::EOF {
-        return Err(Error::Syntax(format!(
-            "syntax error at or near \"{}\"",
-            parser.peek_token().token
-        )));
+    Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(rest)
+}
+
+fn expect_end(parser: &Parser<'_>) -> Result<()> {
+    match parser.peek_token().token {
+        Token::EOF => Ok(()),
+        other => Err(Error::Syntax(format!(
+            "syntax error at or near \"{other}\""
+        ))),
     }
+}
+
+/// The object name that follows `skip` leading words.
+fn object_name_after(tokens: &[TokenWithSpan], skip: usize) -> Result<String> {
+    let mut parser = parser_after(tokens, skip);
+    let name = parser.parse_object_name(false)?;
+    expect_end(&parser)?;
     object_name(&name)
 }
 
@@ -282,13 +286,7 @@ fn drop(tokens: &[TokenWithSpan]) -> Result<Drop> {
             )));
         }
     };
-    let rest: Vec<TokenWithSpan> = tokens
-        .iter()
-        .filter(|t| !is_space(&t.token))
-        .skip(skip)
-        .cloned()
-        .collect();
-    let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(rest);
+    let mut parser = parser_after(tokens, skip);
     use sqlparser::keywords::Keyword;
     let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
     let names = parser.parse_comma_separated(|p| p.parse_object_name(false))?;
@@ -296,12 +294,7 @@ fn drop(tokens: &[TokenWithSpan]) -> Result<Drop> {
     if !cascade {
         let _ = parser.parse_keyword(Keyword::RESTRICT);
     }
-    if parser.peek_token().token != Token::EOF {
-        return Err(Error::Syntax(format!(
-            "syntax error at or near \"{}\"",
-            parser.peek_token().token
-        )));
-    }
+    expect_end(&parser)?;
     Ok(Drop {
         kind,
         names: names.iter().map(object_name).collect::<Result<_>>()?,
