@@ -46,6 +46,8 @@ pub enum Error {
     WrongObjectType(String),
     #[error("{0}")]
     InvalidParameter(String),
+    #[error("{0}")]
+    PrerequisiteState(String),
     #[error("could not serialize access due to concurrent update")]
     SerializationFailure,
     #[error("canceling statement due to user request")]
@@ -128,6 +130,7 @@ impl Error {
             Error::NotSupported(_) => "0A000",
             Error::WrongObjectType(_) => "42809",
             Error::InvalidParameter(_) => "22023",
+            Error::PrerequisiteState(_) => "55000",
             Error::SerializationFailure => "40001",
             Error::Canceled => "57014",
             Error::ShuttingDown => "57P01",

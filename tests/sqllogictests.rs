@@ -3,6 +3,7 @@
 //! run with a fresh server and data directory.
 //!
 //! `cargo test --test sqllogictests -- [FILTER]` runs the files whose path contains FILTER.
+//! A file that needs server flags names them on a line `# weir-args: --flag ...`.
 
 mod common;
 
@@ -195,8 +196,17 @@ fn slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Server flags a file asks for on a line `# weir-args: --flag ...`.
+fn server_args(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("# weir-args:"))
+        .map(|args| args.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 async fn run_file(path: &Path, protocol: Protocol) -> Result<(), String> {
-    let server = TestServer::start();
+    let server = TestServer::start_with(&server_args(path));
     let connection = server.connection_string();
     let mut runner = sqllogictest::Runner::new(move || {
         let connection = connection.clone();

@@ -9,6 +9,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 
+use super::Clock;
 use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -25,6 +26,7 @@ pub struct Engine {
     pub catalog: Arc<Catalog>,
     pub writer: Writer,
     ctx: SessionContext,
+    pub clock: Clock,
     pub metrics: Metrics,
 }
 
@@ -49,7 +51,9 @@ impl Engine {
         let catalog = Arc::new(Catalog::load(&store)?);
         let writer = Writer::start(store.db().clone())?;
         let ctx = session_context(&catalog, &store, &writer)?;
+        let clock = Clock::new(config.manual_clock);
         Ok(Arc::new(Engine {
+            clock,
             config,
             store,
             catalog,
@@ -59,9 +63,13 @@ impl Engine {
         }))
     }
 
-    /// A DataFusion state for one statement.
+    /// A DataFusion state for one statement; `now()` is the engine clock's time.
     pub fn state(&self) -> SessionState {
-        self.ctx.state()
+        let mut state = self.ctx.state();
+        if self.clock.is_manual() {
+            state.execution_props_mut().query_execution_start_time = Some(self.clock.now());
+        }
+        state
     }
 }
 

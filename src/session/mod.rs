@@ -1,5 +1,6 @@
 //! Statements: per-connection state, and the engine every connection shares.
 
+mod clock;
 mod engine;
 
 use std::collections::BTreeMap;
@@ -9,6 +10,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 
+pub use clock::Clock;
 pub use engine::{Engine, Metrics};
 
 use crate::catalog::Table;

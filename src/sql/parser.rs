@@ -30,6 +30,8 @@ pub enum Statement {
         name: String,
         value: String,
     },
+    /// `ADVANCE CLOCK BY <interval>`: moves a manual clock.
+    AdvanceClock(Box<ast::Expr>),
     Transaction(Transaction),
     /// Statements planned by DataFusion: queries, INSERT, UPDATE, DELETE, EXPLAIN.
     Query(Box<ast::Statement>),
@@ -119,6 +121,12 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["FLUSH"] => Ok(Statement::Flush),
+        ["ADVANCE", "CLOCK", "BY", ..] => {
+            let mut parser = parser_after(&tokens, 3);
+            let expr = parser.parse_expr()?;
+            expect_end(&parser)?;
+            Ok(Statement::AdvanceClock(Box::new(expr)))
+        }
         ["SHOW", "CREATE", ..] => show_create(&tokens),
         ["SHOW", rest @ ..] => Ok(show(rest, &tokens)),
         ["DESCRIBE" | "DESC", ..] => Ok(Statement::Describe(object_name_after(&tokens, 1)?)),

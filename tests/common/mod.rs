@@ -13,6 +13,7 @@ pub struct TestServer {
     pub http_port: u16,
     dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
+    args: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -25,6 +26,11 @@ fn free_port() -> u16 {
 impl TestServer {
     /// Start a server on a fresh data directory.
     pub fn start() -> TestServer {
+        TestServer::start_with(&[])
+    }
+
+    /// Start a server with extra command-line arguments.
+    pub fn start_with(args: &[String]) -> TestServer {
         let temp = tempfile::tempdir().expect("temp dir");
         let dir = temp.path().to_path_buf();
         let mut server = TestServer {
@@ -33,6 +39,7 @@ impl TestServer {
             http_port: 0,
             dir,
             _temp: Some(temp),
+            args: args.to_vec(),
         };
         server.spawn();
         server
@@ -53,6 +60,7 @@ impl TestServer {
             .arg(format!("127.0.0.1:{}", self.http_port))
             .arg("--data-dir")
             .arg(&self.dir)
+            .args(&self.args)
             .env("WEIR_LOG", "warn")
             .stdin(Stdio::null())
             .spawn()

@@ -39,6 +39,7 @@ pub async fn dispatch(
             Ok(Output::command("SET"))
         }
         Statement::Transaction(t) => Ok(transaction(t)),
+        Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
         Statement::Query(ast) => query::run(engine, &ast, params).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
@@ -81,6 +82,7 @@ pub async fn describe(
         | Statement::Copy(_)
         | Statement::Set { .. }
         | Statement::Transaction(_)
+        | Statement::AdvanceClock(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

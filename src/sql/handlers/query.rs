@@ -178,3 +178,31 @@ async fn update(engine: &Arc<Engine>, state: SessionState, dml: &DmlStatement) -
     let count = write::update_rows(&table, &engine.writer, &old, &new).await?;
     Ok(Output::with_rows("UPDATE", count))
 }
+
+/// `ADVANCE CLOCK BY <interval>`: DataFusion evaluates the interval.
+pub async fn advance_clock(engine: &Arc<Engine>, by: &ast::Expr) -> Result<Output> {
+    use datafusion::common::ScalarValue;
+    let state = engine.state();
+    let plan = state.create_logical_plan(&format!("SELECT {by}")).await?;
+    let rows = DataFrame::new(state, plan).collect().await?;
+    let value = rows
+        .first()
+        .filter(|b| b.num_rows() == 1)
+        .map(|b| ScalarValue::try_from_array(b.column(0), 0))
+        .transpose()?;
+    let micros = match value {
+        Some(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => {
+            i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1_000
+        }
+        Some(ScalarValue::IntervalDayTime(Some(v))) => {
+            i64::from(v.days) * 86_400_000_000 + i64::from(v.milliseconds) * 1_000
+        }
+        _ => {
+            return Err(Error::InvalidParameter(format!(
+                "ADVANCE CLOCK BY needs an interval of days or less, like INTERVAL '1' SECOND; got {by}"
+            )));
+        }
+    };
+    engine.clock.advance(micros)?;
+    Ok(Output::command("ADVANCE CLOCK"))
+}
