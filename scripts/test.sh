@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/weir-target}
 scripts/install-deps.sh
 cargo build --tests --bins
+# Every slt query is also checked as a materialized view against the batch engine.
+export WEIR_SLT_CHECK_VIEWS=${WEIR_SLT_CHECK_VIEWS:-1}
 cargo test --no-fail-fast -- "$@"

@@ -85,6 +85,10 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.http_listen))?;
     let engine = Engine::open(config.clone())
         .with_context(|| format!("cannot open data directory {}", config.data_dir.display()))?;
+    engine
+        .start_views()
+        .await
+        .context("cannot start materialized views")?;
     tracing::info!(
         listen = %config.listen,
         http_listen = %config.http_listen,

@@ -26,6 +26,9 @@ enum Protocol {
 struct WeirDb {
     client: Client,
     protocol: Protocol,
+    /// Also run every query as a materialized view and compare (STYLE §6).
+    check_views: bool,
+    views_created: usize,
 }
 
 #[derive(Debug)]
@@ -54,11 +57,14 @@ impl AsyncDB for WeirDb {
     type ColumnType = DefaultColumnType;
 
     async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
-        match self.protocol {
-            Protocol::Simple => run_simple(&self.client, sql).await,
-            Protocol::Extended => run_extended(&self.client, sql).await,
+        let output = self.run_plain(sql).await?;
+        if self.check_views
+            && let DBOutput::Rows { rows, .. } = &output
+            && is_query(sql)
+        {
+            self.compare_with_view(sql, rows).await?;
         }
-        .map_err(DbError)
+        Ok(output)
     }
 
     async fn shutdown(&mut self) {}
@@ -77,6 +83,82 @@ impl AsyncDB for WeirDb {
     fn error_sql_state(err: &DbError) -> Option<String> {
         err.0.code().map(|c| c.code().to_string())
     }
+}
+
+impl WeirDb {
+    async fn run_plain(&self, sql: &str) -> Result<DBOutput<DefaultColumnType>, DbError> {
+        match self.protocol {
+            Protocol::Simple => run_simple(&self.client, sql).await,
+            Protocol::Extended => run_extended(&self.client, sql).await,
+        }
+        .map_err(DbError)
+    }
+
+    /// The batch engine checks the incremental one: the same query as a
+    /// materialized view must hold the same rows. Queries a view cannot
+    /// express (0A000, e.g. ORDER BY or catalog tables) are skipped.
+    async fn compare_with_view(&mut self, sql: &str, batch: &[Vec<String>]) -> Result<(), DbError> {
+        self.views_created += 1;
+        let name = format!("slt_check_{}", self.views_created);
+        let create = format!(
+            "CREATE MATERIALIZED VIEW {name} AS {}",
+            without_order_by(sql)
+        );
+        match self.client.simple_query(&create).await {
+            Ok(_) => {}
+            Err(e)
+                if e.code()
+                    .is_some_and(|c| matches!(c.code(), "0A000" | "42701")) =>
+            {
+                return Ok(());
+            }
+            Err(e) => return Err(DbError(e)),
+        }
+        let viewed = self.run_plain(&format!("SELECT * FROM {name}")).await;
+        self.client
+            .simple_query(&format!("DROP MATERIALIZED VIEW {name}"))
+            .await
+            .map_err(DbError)?;
+        let DBOutput::Rows {
+            rows: mut incremental,
+            ..
+        } = viewed?
+        else {
+            return Ok(());
+        };
+        let mut expected = batch.to_vec();
+        expected.sort();
+        incremental.sort();
+        VIEWS_CHECKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if expected != incremental {
+            panic!(
+                "materialized view differs from the query\nquery: {sql}\nbatch: {expected:?}\nview:  {incremental:?}"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// A view's rows have no order: drop a top-level ORDER BY (but keep LIMIT, which a view refuses).
+fn without_order_by(sql: &str) -> String {
+    use sqlparser::ast::Statement;
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    match sqlparser::parser::Parser::parse_sql(&dialect, sql).as_deref() {
+        Ok([Statement::Query(query)]) if query.limit_clause.is_none() => {
+            let mut query = query.clone();
+            query.order_by = None;
+            query.to_string()
+        }
+        _ => sql.trim().trim_end_matches(';').to_string(),
+    }
+}
+
+/// Queries compared with their materialized view, for the summary.
+static VIEWS_CHECKED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn is_query(sql: &str) -> bool {
+    let head = sql.trim_start().to_uppercase();
+    head.starts_with("SELECT") || head.starts_with("WITH")
 }
 
 async fn run_simple(
@@ -196,6 +278,11 @@ fn slt_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Whether to check every query against a materialized view (on in CI).
+fn check_views() -> bool {
+    std::env::var("WEIR_SLT_CHECK_VIEWS").is_ok_and(|v| v != "0")
+}
+
 /// Server flags a file asks for on a line `# weir-args: --flag ...`.
 fn server_args(path: &Path) -> Vec<String> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -215,7 +302,12 @@ async fn run_file(path: &Path, protocol: Protocol) -> Result<(), String> {
                 .await
                 .map_err(DbError)?;
             tokio::spawn(conn);
-            Ok(WeirDb { client, protocol })
+            Ok(WeirDb {
+                client,
+                protocol,
+                check_views: protocol == Protocol::Simple && check_views(),
+                views_created: 0,
+            })
         }
     });
     runner.add_label("weir");
@@ -259,7 +351,9 @@ async fn main() {
             }
         }
     }
-    println!("\nsqllogictest: {passed} passed, {failed} failed");
+    let checked = VIEWS_CHECKED.load(std::sync::atomic::Ordering::Relaxed);
+    println!("\n{checked} queries were also checked as materialized views");
+    println!("sqllogictest: {passed} passed, {failed} failed");
     if failed > 0 || files.is_empty() {
         std::process::exit(1);
     }

@@ -12,7 +12,7 @@ use rocksdb::{DB, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, Store, cf, keys};
+use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
 pub use table::{ColumnDef, Table, TableDef, WatermarkDef};
 
@@ -21,18 +21,33 @@ pub use table::{ColumnDef, Table, TableDef, WatermarkDef};
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ObjectDef {
     Table(TableDef),
+    MaterializedView(ViewDef),
+}
+
+/// A materialized view: its query and the table-like contents it maintains.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ViewDef {
+    /// Name, columns, key and storage of the view's contents.
+    pub table: TableDef,
+    /// The view's SELECT, planned again at every start.
+    pub query: String,
+    /// Ids of the tables and views the query reads.
+    pub depends_on: Vec<u64>,
 }
 
 impl ObjectDef {
     pub fn id(&self) -> u64 {
-        match self {
-            ObjectDef::Table(t) => t.id,
-        }
+        self.table_def().id
     }
 
     pub fn name(&self) -> &str {
+        &self.table_def().name
+    }
+
+    fn table_def(&self) -> &TableDef {
         match self {
-            ObjectDef::Table(t) => &t.name,
+            ObjectDef::Table(t) => t,
+            ObjectDef::MaterializedView(v) => &v.table,
         }
     }
 
@@ -40,6 +55,7 @@ impl ObjectDef {
     pub fn depends_on(&self) -> Vec<u64> {
         match self {
             ObjectDef::Table(_) => Vec::new(),
+            ObjectDef::MaterializedView(v) => v.depends_on.clone(),
         }
     }
 }
@@ -70,24 +86,40 @@ impl ObjectKind {
 #[derive(Debug, Clone)]
 pub enum Object {
     Table(Arc<Table>),
+    MaterializedView(Arc<View>),
+}
+
+/// A materialized view's definition and its contents as a table.
+#[derive(Debug)]
+pub struct View {
+    pub def: ViewDef,
+    pub table: Arc<Table>,
 }
 
 impl Object {
     pub fn def(&self) -> ObjectDef {
         match self {
             Object::Table(t) => ObjectDef::Table(t.def.clone()),
+            Object::MaterializedView(v) => ObjectDef::MaterializedView(v.def.clone()),
         }
     }
 
     pub fn kind(&self) -> ObjectKind {
         match self {
             Object::Table(_) => ObjectKind::Table,
+            Object::MaterializedView(_) => ObjectKind::MaterializedView,
         }
     }
 
     pub fn id(&self) -> u64 {
+        self.table().def.id
+    }
+
+    /// The stored rows: a table's, or a view's contents.
+    pub fn table(&self) -> &Arc<Table> {
         match self {
-            Object::Table(t) => t.def.id,
+            Object::Table(t) => t,
+            Object::MaterializedView(v) => &v.table,
         }
     }
 }
@@ -152,8 +184,24 @@ impl Catalog {
         self.read().by_name.get(name).cloned()
     }
 
+    /// A table (not a view) by name.
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {
-        self.get(name).map(|Object::Table(t)| t)
+        match self.get(name)? {
+            Object::Table(t) => Some(t),
+            Object::MaterializedView(_) => None,
+        }
+    }
+
+    /// Anything that can be read like a table: tables and materialized views.
+    pub fn relation(&self, name: &str) -> Option<Arc<Table>> {
+        self.get(name).map(|o| o.table().clone())
+    }
+
+    pub fn view(&self, name: &str) -> Option<Arc<View>> {
+        match self.get(name)? {
+            Object::MaterializedView(v) => Some(v),
+            Object::Table(_) => None,
+        }
     }
 
     /// Every object, in name order.
@@ -210,18 +258,14 @@ impl Catalog {
         let mut batch = WriteBatch::default();
         for object in objects {
             batch.delete_cf(cf(&self.db, CF_CATALOG), keys::object_key(object.id()));
-            match object {
-                Object::Table(t) => {
-                    let prefix = keys::table_prefix(t.def.id);
-                    batch.delete_range_cf(
-                        cf(&self.db, CF_ROWS),
-                        &prefix,
-                        &keys::prefix_end(&prefix),
-                    );
-                    let topic = keys::table_prefix(t.def.topic());
-                    batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
-                }
-            }
+            let table = object.table();
+            let prefix = keys::table_prefix(table.def.id);
+            let end = keys::prefix_end(&prefix);
+            batch.delete_range_cf(cf(&self.db, CF_ROWS), &prefix, &end);
+            let topic = keys::table_prefix(table.def.topic());
+            batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
+            // A view's operator state and source offsets live under its id.
+            batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &end);
         }
         self.db.write_opt(batch, &sync_write())?;
         for object in objects {
@@ -244,14 +288,16 @@ impl Catalog {
 }
 
 fn object_name(object: &Object) -> String {
-    match object {
-        Object::Table(t) => t.def.name.clone(),
-    }
+    object.table().def.name.clone()
 }
 
 fn build(def: ObjectDef) -> Result<Object> {
     match def {
         ObjectDef::Table(t) => Ok(Object::Table(Arc::new(Table::new(t)?))),
+        ObjectDef::MaterializedView(v) => {
+            let table = Arc::new(Table::new(v.table.clone())?);
+            Ok(Object::MaterializedView(Arc::new(View { def: v, table })))
+        }
     }
 }
 

@@ -24,6 +24,12 @@ pub struct TableDef {
     pub partitions: u32,
     /// The CREATE statement as the user wrote it, for SHOW CREATE.
     pub definition: String,
+    /// The contents of a materialized view (its topic is the view's changelog).
+    #[serde(default)]
+    pub is_view: bool,
+    /// Rows are stored with their multiplicity (views without a unique key).
+    #[serde(default)]
+    pub multiset: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

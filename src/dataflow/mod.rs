@@ -1,5 +1,11 @@
 //! Changes: what flows between incremental operators.
 
 pub mod change;
+pub mod graph;
+pub mod operator;
+pub mod operators;
+pub mod plan;
+pub mod runtime;
+pub mod state;
 
 pub use change::{Barrier, ChangeBatch, Message, Watermark};

@@ -147,6 +147,16 @@ impl QueryHandler {
     }
 }
 
+/// Output formats for a client. Floats print as PostgreSQL prints them
+/// (`2`, not `2.0`) unless the client asks for `extra_float_digits` itself.
+fn format_options(metadata: &std::collections::HashMap<String, String>) -> Arc<FormatOptions> {
+    let mut options = FormatOptions::from_client_metadata(metadata);
+    if !metadata.contains_key("extra_float_digits") {
+        options.extra_float_digits = 0;
+    }
+    Arc::new(options)
+}
+
 fn to_response(
     output: Output,
     format: &Format,
@@ -199,7 +209,7 @@ impl SimpleQueryHandler for QueryHandler {
         };
         let shared = session_of(client);
         let mut session = shared.lock().await;
-        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let options = format_options(client.metadata());
         let mut responses = Vec::with_capacity(statements.len());
         for statement in statements {
             let result = self
@@ -330,7 +340,7 @@ impl ExtendedQueryHandler for QueryHandler {
         };
         let shared = session_of(client);
         let mut session = shared.lock().await;
-        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let options = format_options(client.metadata());
         let result = self
             .run(
                 &mut session,

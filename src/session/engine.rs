@@ -12,6 +12,7 @@ use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 use super::Clock;
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::dataflow::runtime::Runtime;
 use crate::error::{Error, Result};
 use crate::sql::provider::WeirSchema;
 use crate::state::Store;
@@ -27,6 +28,7 @@ pub struct Engine {
     pub writer: Writer,
     ctx: SessionContext,
     pub clock: Clock,
+    pub runtime: Runtime,
     pub metrics: Metrics,
 }
 
@@ -52,8 +54,10 @@ impl Engine {
         let writer = Writer::start(store.db().clone())?;
         let ctx = session_context(&catalog, &store, &writer)?;
         let clock = Clock::new(config.manual_clock);
+        let runtime = Runtime::start(store.db().clone(), config.barrier_interval)?;
         Ok(Arc::new(Engine {
             clock,
+            runtime,
             config,
             store,
             catalog,
@@ -61,6 +65,24 @@ impl Engine {
             ctx,
             metrics: Metrics::default(),
         }))
+    }
+
+    /// Start the dataflows of every materialized view, in creation order.
+    pub async fn start_views(self: &Arc<Self>) -> Result<()> {
+        let mut views: Vec<_> = self
+            .catalog
+            .objects()
+            .into_iter()
+            .filter_map(|o| match o {
+                crate::catalog::Object::MaterializedView(v) => Some(v),
+                crate::catalog::Object::Table(_) => None,
+            })
+            .collect();
+        views.sort_by_key(|v| v.table.def.id);
+        for view in views {
+            crate::sql::handlers::create_mv::start(self, &view).await?;
+        }
+        Ok(())
     }
 
     /// A DataFusion state for one statement; `now()` is the engine clock's time.

@@ -35,6 +35,12 @@ pub enum Statement {
     Transaction(Transaction),
     /// Statements planned by DataFusion: queries, INSERT, UPDATE, DELETE, EXPLAIN.
     Query(Box<ast::Statement>),
+    CreateView(CreateView),
+    /// `EXPLAIN [(FORMAT DOT)] CREATE MATERIALIZED VIEW ...`: the dataflow graph.
+    ExplainView {
+        create: CreateView,
+        dot: bool,
+    },
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -47,6 +53,15 @@ pub struct CreateTable {
     pub append_only: bool,
     pub watermark: Option<(String, String)>,
     pub if_not_exists: bool,
+    /// The statement as the user wrote it.
+    pub text: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateView {
+    pub name: String,
+    pub if_not_exists: bool,
+    pub query: Box<ast::Query>,
     /// The statement as the user wrote it.
     pub text: String,
 }
@@ -131,8 +146,11 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         ["SHOW", rest @ ..] => Ok(show(rest, &tokens)),
         ["DESCRIBE" | "DESC", ..] => Ok(Statement::Describe(object_name_after(&tokens, 1)?)),
         ["CREATE", "TABLE" | "STREAM", ..] => create_table(tokens).map(Statement::CreateTable),
-        ["CREATE", "MATERIALIZED", "VIEW", ..]
-        | ["CREATE", "SOURCE" | "SINK" | "VIEW" | "SUBSCRIPTION", ..]
+        ["CREATE", "MATERIALIZED", "VIEW", ..] => {
+            create_view(&tokens, 3).map(Statement::CreateView)
+        }
+        ["EXPLAIN", ..] if is_explain_create_view(&tokens) => explain_create_view(&tokens),
+        ["CREATE", "SOURCE" | "SINK" | "VIEW" | "SUBSCRIPTION", ..]
         | ["CREATE", "OR", "REPLACE", ..] => Ok(Statement::Unsupported(format!(
             "{} is not supported yet",
             words[..w.len().min(3)].join(" ")
@@ -156,6 +174,14 @@ fn sqlparser_one(tokens: Vec<TokenWithSpan>) -> Result<ast::Statement> {
     let statement = parser.parse_statement()?;
     expect_end(&parser)?;
     Ok(statement)
+}
+
+/// A stored view query, parsed again at start.
+pub fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
+    let mut parser = Parser::new(&PostgreSqlDialect {}).try_with_sql(sql)?;
+    let query = parser.parse_query()?;
+    expect_end(&parser)?;
+    Ok(query)
 }
 
 fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
@@ -348,6 +374,73 @@ fn set(tokens: &[TokenWithSpan]) -> Result<Statement> {
         name
     };
     Ok(Statement::Set { name, value })
+}
+
+/// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`, after `skip` words.
+fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
+    let text = text_of(tokens);
+    if let Some(emit) = tokens.iter().position(|t| is_word(&t.token, "EMIT")) {
+        let clause = text_of(&tokens[emit..]);
+        return Err(Error::NotSupported(format!(
+            "{clause} is not supported yet"
+        )));
+    }
+    let mut parser = parser_after(tokens, skip);
+    use sqlparser::keywords::Keyword;
+    let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
+    let name = object_name(&parser.parse_object_name(false)?)?;
+    parser.expect_keyword(Keyword::AS)?;
+    let query = parser.parse_query()?;
+    expect_end(&parser)?;
+    Ok(CreateView {
+        name,
+        if_not_exists,
+        query,
+        text,
+    })
+}
+
+fn is_word(token: &Token, word: &str) -> bool {
+    matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
+}
+
+fn is_explain_create_view(tokens: &[TokenWithSpan]) -> bool {
+    let words: Vec<&Token> = tokens
+        .iter()
+        .map(|t| &t.token)
+        .filter(|t| !is_space(t))
+        .collect();
+    words
+        .windows(3)
+        .any(|w| is_word(w[0], "CREATE") && is_word(w[1], "MATERIALIZED") && is_word(w[2], "VIEW"))
+}
+
+fn explain_create_view(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    let solid: Vec<TokenWithSpan> = tokens
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .cloned()
+        .collect();
+    let create = solid
+        .iter()
+        .position(|t| is_word(&t.token, "CREATE"))
+        .ok_or_else(|| Error::Syntax("EXPLAIN needs a statement".into()))?;
+    let options: String = solid[1..create]
+        .iter()
+        .map(|t| t.token.to_string())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let dot = options
+        .to_uppercase()
+        .replace(' ', "")
+        .contains("FORMATDOT");
+    if !dot && !options.is_empty() && options.to_uppercase().replace(' ', "") != "(FORMATTEXT)" {
+        return Err(Error::NotSupported(format!(
+            "EXPLAIN options {options} are not supported here"
+        )));
+    }
+    let create = create_view(&solid[create..], 3)?;
+    Ok(Statement::ExplainView { create, dot })
 }
 
 /// `CREATE TABLE|STREAM ... [APPEND ONLY]` with optional `WATERMARK FOR col AS expr`.

@@ -64,7 +64,7 @@ impl SchemaProvider for WeirSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
-        Ok(self.catalog.table(name).map(|table| {
+        Ok(self.catalog.relation(name).map(|table| {
             Arc::new(TableSource::new(
                 table,
                 self.store.clone(),
@@ -155,24 +155,25 @@ impl TableProvider for TableSource {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let view = statement_view(state, &self.store);
         let schema = self.table.schema.clone();
-        let partitions: Vec<Arc<dyn PartitionStream>> = if self.table.def.append_only {
-            (0..self.table.def.partitions)
-                .map(|p| {
-                    Arc::new(LogScan {
-                        table: self.table.clone(),
-                        view: view.clone(),
-                        partition: p,
-                    }) as Arc<dyn PartitionStream>
-                })
-                .collect()
-        } else {
-            let access = keyaccess::plan(&self.table, filters)?;
-            vec![Arc::new(RowScan {
-                table: self.table.clone(),
-                view,
-                access,
-            })]
-        };
+        let partitions: Vec<Arc<dyn PartitionStream>> =
+            if self.table.def.append_only && !self.table.def.is_view {
+                (0..self.table.def.partitions)
+                    .map(|p| {
+                        Arc::new(LogScan {
+                            table: self.table.clone(),
+                            view: view.clone(),
+                            partition: p,
+                        }) as Arc<dyn PartitionStream>
+                    })
+                    .collect()
+            } else {
+                let access = keyaccess::plan(&self.table, filters)?;
+                vec![Arc::new(RowScan {
+                    table: self.table.clone(),
+                    view,
+                    access,
+                })]
+            };
         let exec =
             StreamingTableExec::try_new(schema, partitions, projection, vec![], false, limit)?;
         Ok(Arc::new(exec))
@@ -184,6 +185,13 @@ impl TableProvider for TableSource {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if self.table.def.is_view {
+            return Err(Error::WrongObjectType(format!(
+                "cannot change materialized view \"{}\"; change the tables it reads",
+                self.table.def.name
+            ))
+            .into());
+        }
         if insert_op != InsertOp::Append {
             return Err(Error::NotSupported(format!("INSERT {insert_op} is not supported")).into());
         }
@@ -218,6 +226,19 @@ impl PartitionStream for RowScan {
     }
 }
 
+/// Stored values as encoded rows: a multiset view stores each row with its multiplicity.
+fn expand<'a>(table: &Table, value: &'a [u8], out: &mut Vec<Vec<u8>>) -> crate::Result<()> {
+    if table.def.multiset {
+        let (count, row) = crate::dataflow::operators::materialize::decode_counted(value)?;
+        for _ in 0..count {
+            out.push(row.to_vec());
+        }
+    } else {
+        out.push(value.to_vec());
+    }
+    Ok(())
+}
+
 fn read_rows(
     table: &Table,
     view: &ReadView,
@@ -228,11 +249,10 @@ fn read_rows(
     match access {
         KeyAccess::Points(points) => {
             let full: Vec<Vec<u8>> = points.iter().map(|k| keys::row_key(id, k)).collect();
-            let found: Vec<Vec<u8>> = view
-                .multi_get(CF_ROWS, &full)?
-                .into_iter()
-                .flatten()
-                .collect();
+            let mut found: Vec<Vec<u8>> = Vec::new();
+            for value in view.multi_get(CF_ROWS, &full)?.into_iter().flatten() {
+                expand(table, &value, &mut found)?;
+            }
             if !found.is_empty() {
                 emit(table.codec.decode(found.iter().map(Vec::as_slice))?);
             }
@@ -250,8 +270,8 @@ fn read_rows(
             let mut pending: Vec<Vec<u8>> = Vec::with_capacity(BATCH_ROWS);
             let mut open = true;
             view.scan(CF_ROWS, lower, upper, |_, value| {
-                pending.push(value.to_vec());
-                if pending.len() == BATCH_ROWS {
+                expand(table, value, &mut pending)?;
+                if pending.len() >= BATCH_ROWS {
                     open = emit(table.codec.decode(pending.iter().map(Vec::as_slice))?);
                     pending.clear();
                 }

@@ -3,7 +3,8 @@
 //! Column families, each with its key layout in [`keys`]:
 //! - `catalog`: object definitions (JSON) and the id sequence;
 //! - `rows`: current contents of keyed tables, `table id ++ key -> row`;
-//! - `log`: the embedded log, `topic ++ partition ++ base offset -> chunk`.
+//! - `log`: the embedded log, `topic ++ partition ++ base offset -> chunk`;
+//! - `state`: dataflow operator state and source offsets, `view id ++ node ++ ...`.
 //!
 //! Writes go through the [`writer::Writer`], which group-commits. Reads take
 //! a [`ReadView`], one RocksDB snapshot shared by everything a statement reads.
@@ -29,6 +30,7 @@ pub static ENTRIES_READ: AtomicU64 = AtomicU64::new(0);
 pub const CF_CATALOG: &str = "catalog";
 pub const CF_ROWS: &str = "rows";
 pub const CF_LOG: &str = "log";
+pub const CF_STATE: &str = "state";
 
 /// The node's RocksDB instance.
 pub struct Store {
@@ -50,7 +52,7 @@ impl Store {
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.increase_parallelism(2);
-        let families = [CF_CATALOG, CF_ROWS, CF_LOG]
+        let families = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE]
             .into_iter()
             .map(|name| ColumnFamilyDescriptor::new(name, family_options()));
         let db = DB::open_cf_descriptors(&options, path, families)?;

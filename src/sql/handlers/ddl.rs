@@ -52,6 +52,8 @@ pub async fn create_table(
         watermark,
         partitions: engine.config.default_partitions,
         definition: create.text.clone(),
+        is_view: false,
+        multiset: false,
     };
     engine.catalog.create(ObjectDef::Table(def))?;
     Ok(Output::command("CREATE TABLE"))
@@ -111,7 +113,7 @@ async fn column_defs(engine: &Arc<Engine>, create: &CreateTable) -> Result<Vec<C
 }
 
 /// The name PostgreSQL shows for a type (psql `\d`, `format_type`).
-fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Option<String> {
+pub fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Option<String> {
     use datafusion::arrow::datatypes::DataType as D;
     Some(match data_type {
         D::Boolean => "boolean".into(),
@@ -207,7 +209,7 @@ fn watermark(create: &CreateTable, columns: &[ColumnDef]) -> Result<Option<Water
     }))
 }
 
-pub fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Result<Output> {
+pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Result<Output> {
     let tag = format!("DROP {}", drop.kind.noun().to_uppercase());
     let mut doomed: Vec<Object> = Vec::new();
     for name in &drop.names {
@@ -227,24 +229,45 @@ pub fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Result<O
                 drop.kind.noun()
             )));
         }
-        let dependents = engine.catalog.dependents(object.id());
+        let dependents = dependents(engine, &object);
         if !dependents.is_empty() && !drop.cascade {
             return Err(Error::DependentObjects {
                 kind: drop.kind.noun(),
                 name: name.clone(),
-                dependents,
+                dependents: dependents.iter().map(describe).collect(),
             });
         }
         for dependent in dependents {
-            if let Some(d) = engine.catalog.get(&dependent) {
-                session.notice(format!("drop cascades to {dependent}"));
-                doomed.push(d);
-            }
+            session.notice(format!("drop cascades to {}", describe(&dependent)));
+            doomed.push(dependent);
         }
         doomed.push(object);
     }
+    let mut seen = HashSet::new();
+    doomed.retain(|o| seen.insert(o.id()));
+    for object in &doomed {
+        if let Object::MaterializedView(view) = object {
+            engine.runtime.drop_view(view.table.def.id).await?;
+        }
+    }
     engine.catalog.drop_objects(&doomed)?;
     Ok(Output::command(&tag))
+}
+
+/// Everything that reads `object`, directly or through other views, dependents first.
+fn dependents(engine: &Arc<Engine>, object: &Object) -> Vec<Object> {
+    let mut out = Vec::new();
+    for name in engine.catalog.dependents(object.id()) {
+        if let Some(dependent) = engine.catalog.get(&name) {
+            out.extend(dependents(engine, &dependent));
+            out.push(dependent);
+        }
+    }
+    out
+}
+
+fn describe(object: &Object) -> String {
+    format!("{} {}", object.kind().noun(), object.table().def.name)
 }
 
 fn missing(kind: ObjectKind, name: &str) -> Error {

@@ -1,6 +1,7 @@
 //! One module per statement family; [`dispatch`] routes a parsed statement.
 
 pub mod copy;
+pub mod create_mv;
 pub mod ddl;
 pub mod insert;
 pub mod query;
@@ -23,14 +24,15 @@ pub async fn dispatch(
 ) -> Result<Output> {
     match statement {
         Statement::CreateTable(create) => ddl::create_table(engine, session, create).await,
-        Statement::Drop(drop) => ddl::drop(engine, session, drop),
+        Statement::Drop(drop) => ddl::drop(engine, session, drop).await,
         Statement::Show(kind) => show::objects(engine, kind),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
         Statement::ShowVariable(name) => show::variable(session, &name),
         Statement::Describe(name) => show::describe(engine, &name),
-        // Every write is applied and visible when its statement returns; with no
-        // dataflow behind a table there is nothing more to wait for.
-        Statement::Flush => Ok(Output::command("FLUSH")),
+        Statement::Flush => {
+            engine.runtime.flush().await?;
+            Ok(Output::command("FLUSH"))
+        }
         Statement::Copy(ast) => copy::start(engine, session, &ast),
         Statement::Set { name, value } => {
             if !name.is_empty() {
@@ -40,9 +42,21 @@ pub async fn dispatch(
         }
         Statement::Transaction(t) => Ok(transaction(t)),
         Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
-        Statement::Query(ast) => query::run(engine, &ast, params).await,
+        Statement::Query(ast) => {
+            let output = query::run(engine, &ast, params).await?;
+            if session.implicit_flush() && is_write(&output) {
+                engine.runtime.flush().await?;
+            }
+            Ok(output)
+        }
+        Statement::CreateView(create) => create_mv::create(engine, session, create).await,
+        Statement::ExplainView { create, dot } => create_mv::explain(engine, create, dot).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
+}
+
+fn is_write(output: &Output) -> bool {
+    matches!(output, Output::Command { tag, .. } if matches!(tag.as_str(), "INSERT" | "UPDATE" | "DELETE" | "COPY"))
 }
 
 /// Each statement commits on its own; transaction blocks are accepted so that
@@ -71,7 +85,8 @@ pub async fn describe(
 ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
     let columns = |schema| Ok((Vec::new(), Some(schema)));
     match statement {
-        Statement::Show(_) => columns(show::objects_schema()),
+        Statement::Show(kind) => columns(show::objects_schema(*kind)),
+        Statement::ExplainView { .. } => columns(show::text_lines_schema()),
         Statement::ShowCreate { .. } => columns(show::create_schema()),
         Statement::ShowVariable(name) => columns(show::variable_schema(name)),
         Statement::Describe(_) => columns(show::describe_schema()),
@@ -83,6 +98,7 @@ pub async fn describe(
         | Statement::Set { .. }
         | Statement::Transaction(_)
         | Statement::AdvanceClock(_)
+        | Statement::CreateView(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

@@ -34,19 +34,42 @@ fn text_rows(
     })
 }
 
-pub fn objects_schema() -> SchemaRef {
-    text_schema(&["Name"])
+pub fn text_lines_schema() -> SchemaRef {
+    text_schema(&["QUERY PLAN"])
 }
 
+/// One text column holding `text` a line a row (EXPLAIN output).
+pub fn text_lines(column: &str, text: &str) -> Result<Output> {
+    let rows = text.lines().map(|l| vec![Some(l.to_string())]).collect();
+    text_rows(text_schema(&[column]), rows, "EXPLAIN")
+}
+
+pub fn objects_schema(kind: ObjectKind) -> SchemaRef {
+    match kind {
+        ObjectKind::MaterializedView => text_schema(&["Name", "Progress"]),
+        _ => text_schema(&["Name"]),
+    }
+}
+
+/// SHOW TABLES and friends; materialized views also show how far they have read their inputs.
 pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
-    let names = engine
+    let rows = engine
         .catalog
         .objects()
         .into_iter()
         .filter(|o| o.kind() == kind)
-        .map(|o| vec![Some(o.def().name().to_string())])
+        .map(|o| {
+            let name = Some(o.def().name().to_string());
+            match kind {
+                ObjectKind::MaterializedView => {
+                    let progress = engine.runtime.progress(o.id()).unwrap_or(0.0);
+                    vec![name, Some(format!("{:.1}%", progress * 100.0))]
+                }
+                _ => vec![name],
+            }
+        })
         .collect();
-    text_rows(objects_schema(), names, "SHOW")
+    text_rows(objects_schema(kind), rows, "SHOW")
 }
 
 pub fn create_schema() -> SchemaRef {
@@ -55,9 +78,7 @@ pub fn create_schema() -> SchemaRef {
 
 pub fn create(engine: &Arc<Engine>, kind: ObjectKind, name: &str) -> Result<Output> {
     let object = find(engine, kind, name)?;
-    let definition = match &object {
-        Object::Table(t) => t.def.definition.clone(),
-    };
+    let definition = object.table().def.definition.clone();
     text_rows(
         create_schema(),
         vec![vec![Some(name.to_string()), Some(definition)]],
@@ -74,7 +95,7 @@ pub fn describe(engine: &Arc<Engine>, name: &str) -> Result<Output> {
         .catalog
         .get(name)
         .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
-    let Object::Table(table) = &object;
+    let table = object.table();
     let mut rows: Vec<Vec<Option<String>>> = table
         .def
         .columns

@@ -1,0 +1,577 @@
+//! GROUP BY with count, count(DISTINCT), sum, avg, min and max, exact under
+//! deletes.
+//!
+//! # Algorithm
+//! Each input row adds its weight to its group: the group's row count, and
+//! each aggregate's running state. Groups touched during an epoch are kept in
+//! memory until the barrier; there the operator emits, per touched group, a
+//! retraction of the row it last emitted and the group's new row (nothing
+//! when they are equal), and writes the group back. A group whose row count
+//! drops to zero disappears (except the single group of an aggregate without
+//! GROUP BY, which always has a row, as in SQL).
+//!
+//! min, max and count(DISTINCT) keep a multiset of values per group, so a
+//! deleted minimum is replaced by the next one instead of recomputing.
+//!
+//! # State layout (under the operator's prefix)
+//! - `g` ++ group key -> [`GroupState`] ++ the last emitted row (row format)
+//! - `m` ++ aggregate index (u8) ++ group key length (u32 BE) ++ group key ++
+//!   value (row format, so keys sort by value) -> multiplicity (i64 BE)
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::compute::{cast, concat_batches};
+use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::ScalarValue;
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::operator::{Context, Operator};
+use crate::error::{Error, Result};
+use crate::state::keys::prefix_end;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggKind {
+    CountStar,
+    Count,
+    CountDistinct,
+    Sum,
+    Avg,
+    Min,
+    Max,
+}
+
+pub struct AggSpec {
+    pub kind: AggKind,
+    /// The argument; `None` for count(*).
+    pub arg: Option<Arc<dyn PhysicalExpr>>,
+    pub arg_type: DataType,
+}
+
+/// Running state of one group.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct GroupState {
+    rows: i64,
+    /// Per aggregate: non-null inputs (count, sum, avg, min, max) or distinct values.
+    counts: Vec<i64>,
+    /// Per aggregate: exact sum of integer or decimal inputs.
+    int_sums: Vec<i128>,
+    /// Per aggregate: sum of floating-point inputs.
+    float_sums: Vec<f64>,
+}
+
+impl GroupState {
+    fn new(aggs: usize) -> GroupState {
+        GroupState {
+            rows: 0,
+            counts: vec![0; aggs],
+            int_sums: vec![0; aggs],
+            float_sums: vec![0.0; aggs],
+        }
+    }
+
+    fn encode(&self, emitted: Option<&[u8]>) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + self.counts.len() * 32);
+        out.extend_from_slice(&self.rows.to_le_bytes());
+        for i in 0..self.counts.len() {
+            out.extend_from_slice(&self.counts[i].to_le_bytes());
+            out.extend_from_slice(&self.int_sums[i].to_le_bytes());
+            out.extend_from_slice(&self.float_sums[i].to_le_bytes());
+        }
+        if let Some(row) = emitted {
+            out.extend_from_slice(row);
+        }
+        out
+    }
+
+    /// The state and the last emitted row, if any.
+    fn decode(bytes: &[u8], aggs: usize) -> Result<(GroupState, Option<Vec<u8>>)> {
+        let bad = || Error::Internal("aggregate state is truncated".into());
+        let field = |at: usize, len: usize| bytes.get(at..at + len).ok_or_else(bad);
+        let mut state = GroupState::new(aggs);
+        state.rows = i64::from_le_bytes(field(0, 8)?.try_into().map_err(|_| bad())?);
+        for i in 0..aggs {
+            let at = 8 + i * 32;
+            state.counts[i] = i64::from_le_bytes(field(at, 8)?.try_into().map_err(|_| bad())?);
+            state.int_sums[i] =
+                i128::from_le_bytes(field(at + 8, 16)?.try_into().map_err(|_| bad())?);
+            state.float_sums[i] =
+                f64::from_le_bytes(field(at + 24, 8)?.try_into().map_err(|_| bad())?);
+        }
+        let end = 8 + aggs * 32;
+        let emitted = (bytes.len() > end).then(|| bytes[end..].to_vec());
+        Ok((state, emitted))
+    }
+}
+
+struct Touched {
+    state: GroupState,
+    emitted: Option<Vec<u8>>,
+}
+
+pub struct Aggregate {
+    groups: Vec<Arc<dyn PhysicalExpr>>,
+    group_keys: RowConverter,
+    aggs: Vec<AggSpec>,
+    /// Per aggregate with a multiset: the converter for its values.
+    values: Vec<Option<RowConverter>>,
+    schema: SchemaRef,
+    output: RowConverter,
+    touched: HashMap<Vec<u8>, Touched>,
+    /// Pending multiset changes: (aggregate, group key, value) -> weight.
+    multiset: HashMap<(usize, Vec<u8>, Vec<u8>), i64>,
+}
+
+impl Aggregate {
+    pub fn new(
+        groups: Vec<Arc<dyn PhysicalExpr>>,
+        group_types: Vec<DataType>,
+        aggs: Vec<AggSpec>,
+        schema: SchemaRef,
+    ) -> Result<Aggregate> {
+        let group_keys = RowConverter::new(group_types.into_iter().map(SortField::new).collect())?;
+        let values = aggs
+            .iter()
+            .map(|a| match a.kind {
+                AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                    RowConverter::new(vec![SortField::new(a.arg_type.clone())]).map(Some)
+                }
+                _ => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        let output = RowConverter::new(
+            schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect(),
+        )?;
+        Ok(Aggregate {
+            groups,
+            group_keys,
+            aggs,
+            values,
+            schema,
+            output,
+            touched: HashMap::new(),
+            multiset: HashMap::new(),
+        })
+    }
+
+    fn is_global(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    fn group_key(cx: &Context<'_>, group: &[u8]) -> Vec<u8> {
+        cx.key(&[b"g".as_slice(), group].concat())
+    }
+
+    fn multiset_prefix(cx: &Context<'_>, agg: usize, group: &[u8]) -> Vec<u8> {
+        let mut suffix = vec![b'm', agg as u8];
+        suffix.extend_from_slice(&(group.len() as u32).to_be_bytes());
+        suffix.extend_from_slice(group);
+        cx.key(&suffix)
+    }
+
+    fn touch<'s>(&'s mut self, group: &[u8], cx: &Context<'_>) -> Result<&'s mut Touched> {
+        if !self.touched.contains_key(group) {
+            let aggs = self.aggs.len();
+            let loaded = match cx.state.get(&Self::group_key(cx, group))? {
+                Some(bytes) => {
+                    let (state, emitted) = GroupState::decode(&bytes, aggs)?;
+                    Touched { state, emitted }
+                }
+                None => Touched {
+                    state: GroupState::new(aggs),
+                    emitted: None,
+                },
+            };
+            self.touched.insert(group.to_vec(), loaded);
+        }
+        self.touched
+            .get_mut(group)
+            .ok_or_else(|| Error::Internal("a touched group vanished".into()))
+    }
+
+    fn evaluate_args(&self, batch: &ChangeBatch) -> Result<Vec<Option<ArrayRef>>> {
+        self.aggs
+            .iter()
+            .map(|spec| {
+                let Some(arg) = &spec.arg else {
+                    return Ok(None);
+                };
+                let array = arg.evaluate(batch.rows())?.into_array(batch.len())?;
+                Ok(Some(array))
+            })
+            .collect()
+    }
+}
+
+impl Operator for Aggregate {
+    fn name(&self) -> &'static str {
+        "HashAggregate"
+    }
+
+    fn describe(&self) -> String {
+        let groups: Vec<String> = self.groups.iter().map(|g| g.to_string()).collect();
+        let aggs: Vec<String> = self
+            .aggs
+            .iter()
+            .map(|a| match &a.arg {
+                Some(arg) => format!("{:?}({arg})", a.kind),
+                None => format!("{:?}", a.kind),
+            })
+            .collect();
+        format!("group=[{}] aggs=[{}]", groups.join(", "), aggs.join(", "))
+    }
+
+    fn on_changes(
+        &mut self,
+        _input: usize,
+        batch: ChangeBatch,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let n = batch.len();
+        let group_columns = self
+            .groups
+            .iter()
+            .map(|g| g.evaluate(batch.rows())?.into_array(n))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let group_rows = if self.is_global() {
+            None
+        } else {
+            Some(self.group_keys.convert_columns(&group_columns)?)
+        };
+        let args = self.evaluate_args(&batch)?;
+        let inputs = args
+            .iter()
+            .zip(&self.aggs)
+            .zip(&self.values)
+            .map(|((arg, spec), values)| Input::prepare(spec, arg.as_ref(), values.as_ref()))
+            .collect::<Result<Vec<_>>>()?;
+        let diffs = batch.diffs();
+        for row in 0..n {
+            let diff = diffs.value(row);
+            let group: Vec<u8> = group_rows
+                .as_ref()
+                .map_or(Vec::new(), |rows| rows.row(row).data().to_vec());
+            let group = group.as_slice();
+            let touched = self.touch(group, cx)?;
+            touched.state.rows += diff;
+            for (a, input) in inputs.iter().enumerate() {
+                input.apply(a, row, diff, &mut touched.state);
+            }
+            for (a, input) in inputs.iter().enumerate() {
+                if let Some(value) = input.multiset_value(row) {
+                    *self
+                        .multiset
+                        .entry((a, group.to_vec(), value.to_vec()))
+                        .or_insert(0) += diff;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn on_barrier(
+        &mut self,
+        _barrier: crate::dataflow::change::Barrier,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        if self.is_global() {
+            // The single group of a global aggregate exists from the start.
+            self.touch(&[], cx)?;
+        }
+        self.apply_multisets(cx)?;
+        let touched = std::mem::take(&mut self.touched);
+        let mut retract: Vec<Vec<u8>> = Vec::new();
+        let mut insert: Vec<Vec<ScalarValue>> = Vec::new();
+        for (group, t) in touched {
+            let alive = t.state.rows > 0 || self.is_global();
+            let new_row = if alive {
+                Some(self.output_row(&group, &t.state, cx)?)
+            } else {
+                None
+            };
+            let new_bytes = match &new_row {
+                Some(values) => Some(self.encode_output(values)?),
+                None => None,
+            };
+            if new_bytes != t.emitted {
+                retract.extend(t.emitted.clone());
+                insert.extend(new_row);
+            }
+            match new_bytes {
+                Some(bytes) => cx
+                    .state
+                    .put(Self::group_key(cx, &group), t.state.encode(Some(&bytes))),
+                None => cx.state.delete(Self::group_key(cx, &group)),
+            }
+        }
+        let batch = self.changes(retract, insert)?;
+        cx.emit(batch);
+        Ok(())
+    }
+}
+
+impl Aggregate {
+    /// Fold this epoch's multiset changes into state; count(DISTINCT) counts
+    /// values whose multiplicity crosses zero.
+    fn apply_multisets(&mut self, cx: &mut Context<'_>) -> Result<()> {
+        for ((agg, group, value), delta) in std::mem::take(&mut self.multiset) {
+            if delta == 0 {
+                continue;
+            }
+            let mut key = Self::multiset_prefix(cx, agg, &group);
+            key.extend_from_slice(&value);
+            let old = match cx.state.get(&key)? {
+                Some(bytes) => i64::from_be_bytes(
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| Error::Internal("bad multiplicity".into()))?,
+                ),
+                None => 0,
+            };
+            let new = old + delta;
+            if new == 0 {
+                cx.state.delete(key);
+            } else {
+                cx.state.put(key, new.to_be_bytes().to_vec());
+            }
+            if self.aggs[agg].kind == AggKind::CountDistinct {
+                let change = i64::from(new > 0) - i64::from(old > 0);
+                if change != 0 {
+                    self.touch(&group, cx)?.state.counts[agg] += change;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn output_row(
+        &self,
+        group: &[u8],
+        state: &GroupState,
+        cx: &Context<'_>,
+    ) -> Result<Vec<ScalarValue>> {
+        let mut values: Vec<ScalarValue> = Vec::with_capacity(self.schema.fields().len());
+        if !self.is_global() {
+            let parser = self.group_keys.parser();
+            let columns = self.group_keys.convert_rows([parser.parse(group)])?;
+            for column in &columns {
+                values.push(ScalarValue::try_from_array(column, 0)?);
+            }
+        }
+        for (a, spec) in self.aggs.iter().enumerate() {
+            let target = self.schema.field(values.len()).data_type().clone();
+            let value = self.aggregate_value(a, spec, group, state, cx)?;
+            values.push(cast_scalar(value, &target)?);
+        }
+        Ok(values)
+    }
+
+    fn aggregate_value(
+        &self,
+        a: usize,
+        spec: &AggSpec,
+        group: &[u8],
+        state: &GroupState,
+        cx: &Context<'_>,
+    ) -> Result<ScalarValue> {
+        let n = state.counts[a];
+        Ok(match spec.kind {
+            AggKind::CountStar => ScalarValue::Int64(Some(state.rows)),
+            AggKind::Count | AggKind::CountDistinct => ScalarValue::Int64(Some(n)),
+            AggKind::Sum if n == 0 => ScalarValue::Null,
+            AggKind::Sum => sum_value(spec, state, a)?,
+            AggKind::Avg if n == 0 => ScalarValue::Null,
+            AggKind::Avg => {
+                let total = if is_float(&spec.arg_type) {
+                    state.float_sums[a]
+                } else {
+                    state.int_sums[a] as f64 / decimal_factor(&spec.arg_type)
+                };
+                ScalarValue::Float64(Some(total / n as f64))
+            }
+            AggKind::Min | AggKind::Max => {
+                let prefix = Self::multiset_prefix(cx, a, group);
+                let found =
+                    cx.state
+                        .first_in(&prefix, &prefix_end(&prefix), spec.kind == AggKind::Max)?;
+                match (found, &self.values[a]) {
+                    (Some((key, _)), Some(converter)) => {
+                        let parser = converter.parser();
+                        let column =
+                            converter.convert_rows([parser.parse(&key[prefix.len()..])])?;
+                        ScalarValue::try_from_array(&column[0], 0)?
+                    }
+                    _ => ScalarValue::Null,
+                }
+            }
+        })
+    }
+
+    fn encode_output(&self, values: &[ScalarValue]) -> Result<Vec<u8>> {
+        let columns = values
+            .iter()
+            .map(|v| v.to_array())
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let rows = self.output.convert_columns(&columns)?;
+        Ok(rows.row(0).data().to_vec())
+    }
+
+    fn changes(&self, retract: Vec<Vec<u8>>, insert: Vec<Vec<ScalarValue>>) -> Result<ChangeBatch> {
+        let mut batches = Vec::new();
+        let mut diffs: Vec<i64> = Vec::new();
+        if !retract.is_empty() {
+            let parser = self.output.parser();
+            let columns = self
+                .output
+                .convert_rows(retract.iter().map(|r| parser.parse(r)))?;
+            batches.push(self.batch(columns)?);
+            diffs.extend(std::iter::repeat_n(-1, retract.len()));
+        }
+        if !insert.is_empty() {
+            let columns = (0..self.schema.fields().len())
+                .map(|c| {
+                    let array =
+                        ScalarValue::iter_to_array(insert.iter().map(|row| row[c].clone()))?;
+                    Ok(cast(&array, self.schema.field(c).data_type())?)
+                })
+                .collect::<Result<Vec<_>>>()?;
+            batches.push(self.batch(columns)?);
+            diffs.extend(std::iter::repeat_n(1, insert.len()));
+        }
+        let rows = concat_batches(&self.relaxed_schema(), &batches)?;
+        ChangeBatch::new(rows, Int64Array::from(diffs))
+    }
+
+    fn relaxed_schema(&self) -> SchemaRef {
+        Arc::new(datafusion::arrow::datatypes::Schema::new(
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ))
+    }
+
+    fn batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+        Ok(RecordBatch::try_new(self.relaxed_schema(), columns)?)
+    }
+}
+
+/// An aggregate's argument for one batch, in the form its state needs.
+enum Input {
+    None,
+    Valid(ArrayRef),
+    Ints(ArrayRef),
+    Floats(ArrayRef),
+    Values {
+        valid: ArrayRef,
+        rows: datafusion::arrow::row::Rows,
+    },
+}
+
+impl Input {
+    fn prepare(
+        spec: &AggSpec,
+        arg: Option<&ArrayRef>,
+        values: Option<&RowConverter>,
+    ) -> Result<Input> {
+        let Some(arg) = arg else {
+            return Ok(Input::None);
+        };
+        Ok(match spec.kind {
+            AggKind::CountStar => Input::None,
+            AggKind::Count => Input::Valid(arg.clone()),
+            AggKind::Sum | AggKind::Avg if is_float(&spec.arg_type) => {
+                Input::Floats(cast(arg, &DataType::Float64)?)
+            }
+            AggKind::Sum | AggKind::Avg => match &spec.arg_type {
+                DataType::Decimal128(..) => Input::Ints(arg.clone()),
+                _ => Input::Ints(cast(arg, &DataType::Int64)?),
+            },
+            AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
+                let converter =
+                    values.ok_or_else(|| Error::Internal("multiset without a converter".into()))?;
+                Input::Values {
+                    valid: arg.clone(),
+                    rows: converter.convert_columns(&[arg.clone()])?,
+                }
+            }
+        })
+    }
+
+    fn apply(&self, a: usize, row: usize, diff: i64, state: &mut GroupState) {
+        match self {
+            Input::None => {}
+            Input::Valid(array) if array.is_valid(row) => state.counts[a] += diff,
+            Input::Ints(array) if array.is_valid(row) => {
+                state.counts[a] += diff;
+                let value = match array.data_type() {
+                    DataType::Decimal128(..) => array
+                        .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
+                        .value(row),
+                    _ => i128::from(array.as_primitive::<Int64Type>().value(row)),
+                };
+                state.int_sums[a] += value * i128::from(diff);
+            }
+            Input::Floats(array) if array.is_valid(row) => {
+                state.counts[a] += diff;
+                state.float_sums[a] += array.as_primitive::<Float64Type>().value(row) * diff as f64;
+            }
+            // min, max and count(DISTINCT) live in the multiset.
+            _ => {}
+        }
+    }
+
+    fn multiset_value(&self, row: usize) -> Option<&[u8]> {
+        match self {
+            Input::Values { valid, rows } if valid.is_valid(row) => Some(rows.row(row).data()),
+            _ => None,
+        }
+    }
+}
+
+fn is_float(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Float16 | DataType::Float32 | DataType::Float64
+    )
+}
+
+fn decimal_factor(data_type: &DataType) -> f64 {
+    match data_type {
+        DataType::Decimal128(_, scale) => 10f64.powi(i32::from(*scale)),
+        _ => 1.0,
+    }
+}
+
+fn sum_value(spec: &AggSpec, state: &GroupState, a: usize) -> Result<ScalarValue> {
+    Ok(match &spec.arg_type {
+        t if is_float(t) => ScalarValue::Float64(Some(state.float_sums[a])),
+        DataType::Decimal128(_, scale) => {
+            ScalarValue::Decimal128(Some(state.int_sums[a]), 38, *scale)
+        }
+        _ => {
+            let sum = i64::try_from(state.int_sums[a])
+                .map_err(|_| Error::OutOfRange("bigint out of range in sum".into()))?;
+            ScalarValue::Int64(Some(sum))
+        }
+    })
+}
+
+fn cast_scalar(value: ScalarValue, target: &DataType) -> Result<ScalarValue> {
+    if value.data_type() == *target {
+        return Ok(value);
+    }
+    if value.is_null() {
+        return Ok(ScalarValue::try_from(target)?);
+    }
+    Ok(value.cast_to(target)?)
+}

@@ -1,0 +1,314 @@
+//! From a DataFusion logical plan to a dataflow of incremental operators.
+//!
+//! Supported: projection, filter, GROUP BY with count, count(DISTINCT), sum,
+//! avg, min, max, HAVING (a filter over the aggregate), DISTINCT, UNION ALL,
+//! and any DataFusion scalar expression inside them. Anything else is refused
+//! with 0A000, naming the construct.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::DFSchema;
+use datafusion::execution::context::ExecutionProps;
+use datafusion::logical_expr::expr::AggregateFunction;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+
+use crate::catalog::{Catalog, Table};
+use crate::dataflow::graph::{Dataflow, Node, Source};
+use crate::dataflow::operator::Operator;
+use crate::dataflow::operators::aggregate::{AggKind, AggSpec};
+use crate::dataflow::operators::{Aggregate, Filter, Materialize, Project, Union};
+use crate::error::{Error, Result};
+
+pub struct Planner<'a> {
+    catalog: &'a Catalog,
+    props: &'a ExecutionProps,
+    nodes: Vec<Node>,
+    sources: Vec<Source>,
+}
+
+/// The shape of a view's output, decided from its plan.
+pub struct ViewShape {
+    /// Output columns that are unique per row (an aggregate's group key), if any.
+    pub key: Option<Vec<usize>>,
+    /// Ids of the tables and views the plan reads.
+    pub depends_on: Vec<u64>,
+}
+
+impl<'a> Planner<'a> {
+    pub fn new(catalog: &'a Catalog, props: &'a ExecutionProps) -> Planner<'a> {
+        Planner {
+            catalog,
+            props,
+            nodes: Vec::new(),
+            sources: Vec::new(),
+        }
+    }
+
+    /// Check a plan and decide its shape, without building operators' state.
+    pub fn shape(catalog: &Catalog, plan: &LogicalPlan) -> Result<ViewShape> {
+        let props = ExecutionProps::new();
+        let mut planner = Planner::new(catalog, &props);
+        planner.node(plan)?;
+        let mut depends_on: Vec<u64> = planner.sources.iter().map(|s| s.table.def.id).collect();
+        depends_on.sort_unstable();
+        depends_on.dedup();
+        Ok(ViewShape {
+            key: unique_key(plan),
+            depends_on,
+        })
+    }
+
+    /// Build the dataflow that maintains `view` from `plan`.
+    pub fn build(
+        mut self,
+        view: Arc<Table>,
+        plan: &LogicalPlan,
+        changelog_end: u64,
+    ) -> Result<Dataflow> {
+        let root = self.node(plan)?;
+        let sink = Materialize::new(view.clone(), changelog_end);
+        self.push(Box::new(sink), vec![root]);
+        Ok(Dataflow {
+            view: view.def.id,
+            nodes: self.nodes,
+            sources: self.sources,
+        })
+    }
+
+    fn push(&mut self, operator: Box<dyn Operator>, inputs: Vec<usize>) -> usize {
+        self.nodes.push(Node { operator, inputs });
+        self.nodes.len() - 1
+    }
+
+    fn expr(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        Ok(create_physical_expr(
+            expr,
+            schema,
+            self.props,
+            &PhysicalPlanningContext::default(),
+        )?)
+    }
+
+    fn node(&mut self, plan: &LogicalPlan) -> Result<usize> {
+        match plan {
+            LogicalPlan::Projection(p) => {
+                let input = self.node(&p.input)?;
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| self.expr(e, p.input.schema()))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(self.push(
+                    Box::new(Project::new(exprs, arrow_schema(plan))),
+                    vec![input],
+                ))
+            }
+            LogicalPlan::Filter(f) => {
+                let input = self.node(&f.input)?;
+                let predicate = self.expr(&f.predicate, f.input.schema())?;
+                Ok(self.push(Box::new(Filter::new(predicate)), vec![input]))
+            }
+            LogicalPlan::Aggregate(a) => {
+                let input = self.node(&a.input)?;
+                let schema = a.input.schema();
+                let groups = a
+                    .group_expr
+                    .iter()
+                    .map(|g| self.expr(g, schema))
+                    .collect::<Result<Vec<_>>>()?;
+                let group_types = a
+                    .group_expr
+                    .iter()
+                    .map(|g| Ok(g.get_type(schema)?))
+                    .collect::<Result<Vec<DataType>>>()?;
+                let aggs = a
+                    .aggr_expr
+                    .iter()
+                    .map(|e| self.aggregate(e, schema))
+                    .collect::<Result<Vec<_>>>()?;
+                let op = Aggregate::new(groups, group_types, aggs, arrow_schema(plan))?;
+                Ok(self.push(Box::new(op), vec![input]))
+            }
+            LogicalPlan::Distinct(Distinct::All(input)) => {
+                let node = self.node(input)?;
+                let schema = input.schema();
+                let columns: Vec<Expr> = schema.columns().into_iter().map(Expr::Column).collect();
+                let groups = columns
+                    .iter()
+                    .map(|c| self.expr(c, schema))
+                    .collect::<Result<Vec<_>>>()?;
+                let types = schema
+                    .fields()
+                    .iter()
+                    .map(|f| f.data_type().clone())
+                    .collect();
+                let op = Aggregate::new(groups, types, Vec::new(), arrow_schema(plan))?;
+                Ok(self.push(Box::new(op), vec![node]))
+            }
+            LogicalPlan::Union(u) => {
+                let inputs = u
+                    .inputs
+                    .iter()
+                    .map(|i| self.node(i))
+                    .collect::<Result<Vec<_>>>()?;
+                Ok(self.push(Box::new(Union::new(arrow_schema(plan))), inputs))
+            }
+            LogicalPlan::SubqueryAlias(a) => self.node(&a.input),
+            LogicalPlan::TableScan(scan) => self.scan(scan),
+            other => Err(unsupported(other)),
+        }
+    }
+
+    fn scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> Result<usize> {
+        let name = scan.table_name.table();
+        let table = self.catalog.relation(name).ok_or_else(|| {
+            Error::NotSupported(format!("a materialized view cannot read \"{name}\""))
+        })?;
+        let all = Arc::new(DFSchema::try_from_qualified_schema(
+            scan.table_name.clone(),
+            &table.schema,
+        )?);
+        let columns: Vec<usize> = match &scan.projection {
+            Some(p) => p.clone(),
+            None => (0..table.schema.fields().len()).collect(),
+        };
+        let exprs = columns
+            .iter()
+            .map(|i| self.expr(&Expr::Column(all.columns()[*i].clone()), &all))
+            .collect::<Result<Vec<_>>>()?;
+        let project = Project::new(exprs, Arc::new(scan.projected_schema.as_arrow().clone()));
+        let node = self.push(Box::new(project), Vec::new());
+        self.sources.push(Source { table, node });
+        Ok(node)
+    }
+
+    fn aggregate(&self, expr: &Expr, schema: &DFSchema) -> Result<AggSpec> {
+        let expr = match expr {
+            Expr::Alias(alias) => alias.expr.as_ref(),
+            other => other,
+        };
+        let Expr::AggregateFunction(AggregateFunction { func, params }) = expr else {
+            return Err(Error::NotSupported(format!(
+                "{expr} is not supported in a materialized view"
+            )));
+        };
+        if params.filter.is_some() || !params.order_by.is_empty() {
+            return Err(Error::NotSupported(format!(
+                "FILTER and ORDER BY inside aggregates are not supported in a materialized view: {expr}"
+            )));
+        }
+        let kind = match (func.name().to_lowercase().as_str(), params.distinct) {
+            ("count", false) => AggKind::Count,
+            ("count", true) => AggKind::CountDistinct,
+            ("sum", false) => AggKind::Sum,
+            ("avg", false) | ("mean", false) => AggKind::Avg,
+            ("min", _) => AggKind::Min,
+            ("max", _) => AggKind::Max,
+            (name, distinct) => {
+                let what = if distinct {
+                    format!("{name}(DISTINCT ...)")
+                } else {
+                    format!("{name}(...)")
+                };
+                return Err(Error::NotSupported(format!(
+                    "aggregate {what} is not supported in a materialized view yet; supported: count, count(DISTINCT), sum, avg, min, max"
+                )));
+            }
+        };
+        let arg = match params.args.as_slice() {
+            [] => None,
+            [arg] => Some(arg),
+            _ => {
+                return Err(Error::NotSupported(format!(
+                    "{expr}: aggregates of several arguments"
+                )));
+            }
+        };
+        let (kind, arg) = match (kind, arg) {
+            // count(*) is planned as count(1): count rows.
+            (AggKind::Count, Some(Expr::Literal(v, _))) if !v.is_null() => {
+                (AggKind::CountStar, None)
+            }
+            (AggKind::Count, None) => (AggKind::CountStar, None),
+            (kind, arg) => (kind, arg),
+        };
+        let arg_type = match arg {
+            Some(arg) => arg.get_type(schema)?,
+            None => DataType::Null,
+        };
+        if matches!(kind, AggKind::Sum | AggKind::Avg)
+            && !(arg_type.is_integer()
+                || arg_type.is_floating()
+                || matches!(arg_type, DataType::Decimal128(..)))
+        {
+            return Err(Error::NotSupported(format!(
+                "{expr}: sum and avg of {arg_type} are not supported"
+            )));
+        }
+        let arg = arg.map(|a| self.expr(a, schema)).transpose()?;
+        Ok(AggSpec {
+            kind,
+            arg,
+            arg_type,
+        })
+    }
+}
+
+fn arrow_schema(plan: &LogicalPlan) -> SchemaRef {
+    Arc::new(plan.schema().as_arrow().clone())
+}
+
+fn unsupported(plan: &LogicalPlan) -> Error {
+    let what = match plan {
+        LogicalPlan::Join(_) => "joins are not supported in materialized views yet".to_string(),
+        LogicalPlan::Sort(_) => {
+            "ORDER BY is not supported in a materialized view; order when you read it".to_string()
+        }
+        LogicalPlan::Limit(_) => "LIMIT is not supported in a materialized view".to_string(),
+        LogicalPlan::Window(_) => {
+            "window functions (OVER) are not supported in materialized views yet".to_string()
+        }
+        LogicalPlan::Values(_) | LogicalPlan::EmptyRelation(_) => {
+            "a materialized view must read at least one table".to_string()
+        }
+        other => format!(
+            "{} is not supported in a materialized view",
+            other.display()
+        ),
+    };
+    Error::NotSupported(what)
+}
+
+/// An aggregate's group columns, if the plan ends in one (possibly under a
+/// projection that keeps them as plain columns).
+fn unique_key(plan: &LogicalPlan) -> Option<Vec<usize>> {
+    match plan {
+        LogicalPlan::Aggregate(a) if !a.group_expr.is_empty() => {
+            Some((0..a.group_expr.len()).collect())
+        }
+        LogicalPlan::Distinct(Distinct::All(input)) => {
+            Some((0..input.schema().fields().len()).collect())
+        }
+        LogicalPlan::Projection(p) => {
+            let inner = unique_key(&p.input)?;
+            let input_columns = p.input.schema().columns();
+            inner
+                .iter()
+                .map(|k| {
+                    let wanted = &input_columns[*k];
+                    p.expr.iter().position(|e| match e {
+                        Expr::Column(c) => c == wanted,
+                        Expr::Alias(a) => matches!(a.expr.as_ref(), Expr::Column(c) if c == wanted),
+                        _ => false,
+                    })
+                })
+                .collect()
+        }
+        LogicalPlan::SubqueryAlias(a) => unique_key(&a.input),
+        LogicalPlan::Filter(f) => unique_key(&f.input),
+        _ => None,
+    }
+}

@@ -1,0 +1,157 @@
+//! Operator state for one epoch: reads see committed state plus the epoch's
+//! own writes; the writes commit together with the epoch.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use rocksdb::{DB, WriteBatch};
+
+use crate::error::Result;
+use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf};
+
+pub struct EpochState {
+    db: Arc<DB>,
+    /// Pending writes of this epoch to the state family: `None` deletes.
+    writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Pending writes to view contents in the rows family.
+    rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Log chunks appended this epoch.
+    log: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl EpochState {
+    pub fn new(db: Arc<DB>) -> EpochState {
+        EpochState {
+            db,
+            writes: BTreeMap::new(),
+            rows: BTreeMap::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// Whether the epoch changed anything.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.rows.is_empty() && self.log.is_empty()
+    }
+
+    pub fn get_row(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(pending) = self.rows.get(key) {
+            return Ok(pending.clone());
+        }
+        Ok(self.db.get_cf(cf(&self.db, CF_ROWS), key)?)
+    }
+
+    pub fn put_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.rows.insert(key, Some(value));
+    }
+
+    pub fn delete_row(&mut self, key: Vec<u8>) {
+        self.rows.insert(key, None);
+    }
+
+    pub fn append_log(&mut self, key: Vec<u8>, chunk: Vec<u8>) {
+        self.log.push((key, chunk));
+    }
+
+    pub fn db(&self) -> &Arc<DB> {
+        &self.db
+    }
+
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        if let Some(pending) = self.writes.get(key) {
+            return Ok(pending.clone());
+        }
+        Ok(self.db.get_cf(cf(&self.db, CF_STATE), key)?)
+    }
+
+    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.writes.insert(key, Some(value));
+    }
+
+    pub fn delete(&mut self, key: Vec<u8>) {
+        self.writes.insert(key, None);
+    }
+
+    /// The first (or last) live entry with a key in `[lower, upper)`.
+    pub fn first_in(
+        &self,
+        lower: &[u8],
+        upper: &[u8],
+        last: bool,
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let mut committed = self.db.raw_iterator_cf(cf(&self.db, CF_STATE));
+        let pending = self
+            .writes
+            .range::<[u8], _>((Bound::Included(lower), Bound::Excluded(upper)));
+        let mut pending: Vec<(&Vec<u8>, &Option<Vec<u8>>)> = pending.collect();
+        if last {
+            pending.reverse();
+            committed.seek_for_prev(upper);
+            // seek_for_prev lands on `upper` itself when it exists; it is excluded.
+            if committed.key() == Some(upper) {
+                committed.prev();
+            }
+        } else {
+            committed.seek(lower);
+        }
+        let mut pending = pending.into_iter().peekable();
+        loop {
+            let from_db = committed
+                .key()
+                .filter(|k| *k >= lower && *k < upper)
+                .map(|k| k.to_vec());
+            let next_pending = pending.peek().map(|(k, _)| (*k).clone());
+            let take_pending = match (&from_db, &next_pending) {
+                (None, None) => return Ok(None),
+                (None, Some(_)) => true,
+                (Some(_), None) => false,
+                (Some(d), Some(p)) => {
+                    if last {
+                        p >= d
+                    } else {
+                        p <= d
+                    }
+                }
+            };
+            if take_pending {
+                let (key, value) = pending.next().expect("peeked");
+                if from_db.as_ref() == Some(key) {
+                    step(&mut committed, last);
+                }
+                if let Some(value) = value {
+                    return Ok(Some((key.clone(), value.clone())));
+                }
+            } else {
+                let key = from_db.expect("checked above");
+                let value = committed.value().map(<[u8]>::to_vec).unwrap_or_default();
+                return Ok(Some((key, value)));
+            }
+        }
+    }
+
+    /// Move every pending write into `batch`.
+    pub fn drain_into(&mut self, batch: &mut WriteBatch) {
+        for (name, writes) in [(CF_STATE, &mut self.writes), (CF_ROWS, &mut self.rows)] {
+            let family = cf(&self.db, name);
+            for (key, value) in std::mem::take(writes) {
+                match value {
+                    Some(v) => batch.put_cf(family, key, v),
+                    None => batch.delete_cf(family, key),
+                }
+            }
+        }
+        let log = cf(&self.db, CF_LOG);
+        for (key, chunk) in std::mem::take(&mut self.log) {
+            batch.put_cf(log, key, chunk);
+        }
+    }
+}
+
+fn step(iter: &mut rocksdb::DBRawIterator<'_>, backwards: bool) {
+    if backwards {
+        iter.prev();
+    } else {
+        iter.next();
+    }
+}

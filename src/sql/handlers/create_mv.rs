@@ -1,0 +1,175 @@
+//! CREATE MATERIALIZED VIEW and EXPLAIN CREATE MATERIALIZED VIEW.
+//!
+//! The query is planned and optimized by DataFusion, then translated into a
+//! dataflow ([`crate::dataflow::plan`]). CREATE returns once the view has
+//! read everything its sources held when it was created (the backfill).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::sql::parser::Statement as DfStatement;
+use sqlparser::ast;
+
+use crate::catalog::{ColumnDef, Object, ObjectDef, Table, TableDef, View, ViewDef};
+use crate::dataflow::graph::Dataflow;
+use crate::dataflow::plan::Planner;
+use crate::error::{Error, Result};
+use crate::session::{Engine, Output, Session};
+use crate::sql::parser::CreateView;
+use crate::state::writer::log_end;
+
+pub async fn create(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    create: CreateView,
+) -> Result<Output> {
+    const TAG: &str = "CREATE MATERIALIZED VIEW";
+    if engine.catalog.get(&create.name).is_some() {
+        if create.if_not_exists {
+            session.notice(format!(
+                "relation \"{}\" already exists, skipping",
+                create.name
+            ));
+            return Ok(Output::command(TAG));
+        }
+        return Err(Error::DuplicateTable(create.name));
+    }
+    let plan = plan_query(engine, &create.query).await?;
+    let shape = Planner::shape(&engine.catalog, &plan)?;
+    let table = TableDef {
+        id: engine.catalog.allocate_id()?,
+        name: create.name.clone(),
+        columns: columns(&plan)?,
+        primary_key: shape.key.clone().unwrap_or_default(),
+        append_only: false,
+        watermark: None,
+        partitions: 1,
+        definition: create.text.clone(),
+        is_view: true,
+        multiset: shape.key.is_none(),
+    };
+    let def = ViewDef {
+        table,
+        query: create.query.to_string(),
+        depends_on: shape.depends_on,
+    };
+    let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
+    else {
+        return Err(Error::Internal("a created view is not a view".into()));
+    };
+    let started = match start(engine, &view).await {
+        Ok(()) => engine.runtime.catch_up(view.def.table.id).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = started {
+        let _ = engine.runtime.drop_view(view.def.table.id).await;
+        engine
+            .catalog
+            .drop_objects(&[Object::MaterializedView(view)])?;
+        return Err(e);
+    }
+    Ok(Output::command(TAG))
+}
+
+/// Build a view's dataflow and hand it to the runtime (at creation and at every start).
+pub async fn start(engine: &Arc<Engine>, view: &Arc<View>) -> Result<()> {
+    let query = crate::sql::parser::parse_query(&view.def.query)?;
+    let plan = plan_query(engine, &query).await?;
+    let dataflow = build(engine, view.table.clone(), &plan)?;
+    engine.runtime.add(dataflow).await
+}
+
+fn build(engine: &Arc<Engine>, table: Arc<Table>, plan: &LogicalPlan) -> Result<Dataflow> {
+    let changelog_end = log_end(engine.store.db(), table.def.topic(), 0)?;
+    let props = datafusion::execution::context::ExecutionProps::new();
+    Planner::new(&engine.catalog, &props).build(table, plan, changelog_end)
+}
+
+pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Result<Output> {
+    let plan = plan_query(engine, &create.query).await?;
+    let shape = Planner::shape(&engine.catalog, &plan)?;
+    let table = TableDef {
+        id: 0,
+        name: create.name.clone(),
+        columns: columns(&plan)?,
+        primary_key: shape.key.clone().unwrap_or_default(),
+        append_only: false,
+        watermark: None,
+        partitions: 1,
+        definition: create.text.clone(),
+        is_view: true,
+        multiset: shape.key.is_none(),
+    };
+    let props = datafusion::execution::context::ExecutionProps::new();
+    let dataflow =
+        Planner::new(&engine.catalog, &props).build(Arc::new(Table::new(table)?), &plan, 0)?;
+    let text = if dot {
+        dataflow.explain_dot()
+    } else {
+        dataflow.explain()
+    };
+    super::show::text_lines("QUERY PLAN", &text)
+}
+
+async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalPlan> {
+    let state = engine.state();
+    let statement = ast::Statement::Query(Box::new(query.clone()));
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+        .await?;
+    Ok(state.optimize(&plan)?)
+}
+
+/// The view's columns, named as PostgreSQL names them: an unaliased
+/// aggregate is named after its function, other expressions `?column?`.
+fn columns(plan: &LogicalPlan) -> Result<Vec<ColumnDef>> {
+    let mut seen = HashSet::new();
+    plan.schema()
+        .fields()
+        .iter()
+        .map(|field| {
+            let name = pg_column_name(field.name());
+            if !seen.insert(name.clone()) {
+                return Err(Error::DuplicateColumn(name));
+            }
+            Ok(ColumnDef {
+                name,
+                data_type: field.data_type().to_string(),
+                sql_type: super::ddl::pg_type_name(field.data_type())
+                    .unwrap_or_else(|| field.data_type().to_string().to_lowercase()),
+                nullable: true,
+            })
+        })
+        .collect()
+}
+
+fn pg_column_name(name: &str) -> String {
+    let is_ident = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_');
+    if is_ident(name) {
+        return name.to_string();
+    }
+    if let Some((head, _)) = name.split_once('(')
+        && is_ident(head)
+    {
+        return head.to_lowercase();
+    }
+    match name.rsplit_once('.') {
+        Some((_, last)) if is_ident(last) => last.to_string(),
+        _ => "?column?".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pg_column_name;
+
+    #[test]
+    fn columns_are_named_like_postgres_names_them() {
+        assert_eq!(pg_column_name("total"), "total");
+        assert_eq!(pg_column_name("count(*)"), "count");
+        assert_eq!(pg_column_name("sum(t.v)"), "sum");
+        assert_eq!(pg_column_name("t.city"), "city");
+        assert_eq!(pg_column_name("t.a + Int64(1)"), "?column?");
+    }
+}
