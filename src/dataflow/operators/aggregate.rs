@@ -501,7 +501,7 @@ impl Input {
                     values.ok_or_else(|| Error::Internal("multiset without a converter".into()))?;
                 Input::Values {
                     valid: arg.clone(),
-                    rows: converter.convert_columns(&[arg.clone()])?,
+                    rows: converter.convert_columns(std::slice::from_ref(arg))?,
                 }
             }
         })

@@ -71,12 +71,7 @@ impl Materialize {
             .collect())
     }
 
-    fn apply_keyed(
-        &self,
-        batch: &ChangeBatch,
-        changes: &[(Vec<u8>, i64)],
-        cx: &mut Context<'_>,
-    ) -> Result<()> {
+    fn apply_keyed(&self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
         let id = self.view.def.id;
         // Retractions first, so that a -old/+new pair on one key leaves the new row.
         let decoded = self
@@ -84,7 +79,6 @@ impl Materialize {
             .codec
             .decode(changes.iter().map(|(r, _)| r.as_slice()))?;
         let keys = self.view.codec.encode_keys(&decoded)?;
-        let _ = batch;
         for (i, (_, diff)) in changes.iter().enumerate() {
             if *diff < 0 {
                 cx.state.delete_row(keys::row_key(id, keys.row(i).data()));
@@ -187,7 +181,7 @@ impl Operator for Materialize {
         if self.view.def.multiset {
             self.apply_multiset(&changes, cx)?;
         } else {
-            self.apply_keyed(&all, &changes, cx)?;
+            self.apply_keyed(&changes, cx)?;
         }
         self.append_changelog(&changes, cx);
         Ok(())
