@@ -1,5 +1,7 @@
 //! The change model: Arrow rows with signed weights beside them.
 
+#[cfg(test)]
+use datafusion::arrow::array::Array;
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 
 use crate::error::{Error, Result};
@@ -65,6 +67,97 @@ pub enum Message {
     Changes(ChangeBatch),
     Watermark(Watermark),
     Barrier(Barrier),
+}
+
+/// Test notation for change batches, after RisingWave's `from_pretty`:
+/// a header of column types (`I` Int64, `F` Float64, `T` Utf8), then a line a
+/// row: its weight (`+`, `-` or a number) and one value per column, `.` for NULL.
+#[cfg(test)]
+pub fn pretty(header: &str, rows: &str) -> ChangeBatch {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{ArrayRef, Float64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    let types: Vec<char> = header
+        .split_whitespace()
+        .filter_map(|t| t.chars().next())
+        .collect();
+    let lines: Vec<Vec<&str>> = rows
+        .lines()
+        .map(str::split_whitespace)
+        .map(Iterator::collect)
+        .filter(|l: &Vec<&str>| !l.is_empty())
+        .collect();
+    let diffs: Vec<i64> = lines
+        .iter()
+        .map(|l| match l[0] {
+            "+" => 1,
+            "-" => -1,
+            n => n.parse().expect("a weight"),
+        })
+        .collect();
+    let value = |l: &Vec<&str>, c: usize| -> Option<String> {
+        let v = l[c + 1];
+        (v != ".").then(|| v.to_string())
+    };
+    let mut fields = Vec::new();
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (c, t) in types.iter().enumerate() {
+        let (data_type, column): (DataType, ArrayRef) = match t {
+            'I' => (
+                DataType::Int64,
+                Arc::new(Int64Array::from_iter(
+                    lines
+                        .iter()
+                        .map(|l| value(l, c).map(|v| v.parse::<i64>().expect("int"))),
+                )),
+            ),
+            'F' => (
+                DataType::Float64,
+                Arc::new(Float64Array::from_iter(
+                    lines
+                        .iter()
+                        .map(|l| value(l, c).map(|v| v.parse::<f64>().expect("float"))),
+                )),
+            ),
+            _ => (
+                DataType::Utf8,
+                Arc::new(StringArray::from_iter(lines.iter().map(|l| value(l, c)))),
+            ),
+        };
+        fields.push(Field::new(format!("c{c}"), data_type, true));
+        columns.push(column);
+    }
+    let rows =
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).expect("a valid pretty batch");
+    ChangeBatch::new(rows, Int64Array::from(diffs)).expect("one weight a row")
+}
+
+/// The rows of batches as `weight value...` lines, sorted, for assertions.
+#[cfg(test)]
+pub fn render(batches: &[ChangeBatch]) -> Vec<String> {
+    use datafusion::arrow::util::display::array_value_to_string;
+    let mut out: Vec<String> = batches
+        .iter()
+        .flat_map(|b| {
+            (0..b.len()).map(move |i| {
+                let mut line = format!("{:+}", b.diffs().value(i));
+                for column in b.rows().columns() {
+                    let text = if column.is_null(i) {
+                        ".".to_string()
+                    } else {
+                        array_value_to_string(column, i).unwrap_or_default()
+                    };
+                    line.push(' ');
+                    line.push_str(&text);
+                }
+                line
+            })
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 #[cfg(test)]

@@ -575,3 +575,82 @@ fn cast_scalar(value: ScalarValue, target: &DataType) -> Result<ScalarValue> {
     }
     Ok(value.cast_to(target)?)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::Column;
+
+    use super::*;
+    use crate::dataflow::change::{Barrier, pretty, render};
+    use crate::dataflow::state::EpochState;
+    use crate::state::Store;
+
+    fn sum_min_by_group() -> Aggregate {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("g", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, true),
+            Field::new("s", DataType::Int64, true),
+            Field::new("lo", DataType::Int64, true),
+        ]));
+        let column = |i| Arc::new(Column::new("c", i)) as Arc<dyn PhysicalExpr>;
+        let aggs = vec![
+            AggSpec {
+                kind: AggKind::CountStar,
+                arg: None,
+                arg_type: DataType::Null,
+            },
+            AggSpec {
+                kind: AggKind::Sum,
+                arg: Some(column(1)),
+                arg_type: DataType::Int64,
+            },
+            AggSpec {
+                kind: AggKind::Min,
+                arg: Some(column(1)),
+                arg_type: DataType::Int64,
+            },
+        ];
+        Aggregate::new(vec![column(0)], vec![DataType::Utf8], aggs, schema).expect("aggregate")
+    }
+
+    /// Feed one epoch and return what the operator emitted at its barrier.
+    fn epoch(op: &mut Aggregate, store: &Store, input: ChangeBatch) -> Vec<String> {
+        let mut state = EpochState::new(store.db().clone());
+        let prefix = b"test".to_vec();
+        let mut cx = Context::new(&mut state, &prefix);
+        op.on_changes(0, input, &mut cx).expect("changes");
+        op.on_barrier(Barrier { epoch: 1 }, &mut cx)
+            .expect("barrier");
+        let out = render(&cx.take_output());
+        let mut batch = rocksdb::WriteBatch::default();
+        state.drain_into(&mut batch);
+        store.db().write(batch).expect("commit");
+        out
+    }
+
+    #[test]
+    fn retractions_replace_the_minimum_and_empty_groups_vanish() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut op = sum_min_by_group();
+        let first = epoch(&mut op, &store, pretty("T I", "+ a 5\n+ a 3\n+ b 7"));
+        assert_eq!(first, vec!["+1 a 2 8 3", "+1 b 1 7 7"]);
+        let second = epoch(&mut op, &store, pretty("T I", "- a 3\n- b 7"));
+        assert_eq!(second, vec!["+1 a 1 5 5", "-1 a 2 8 3", "-1 b 1 7 7"]);
+        // A change that nets to nothing emits nothing.
+        let third = epoch(&mut op, &store, pretty("T I", "+ a 9\n- a 9"));
+        assert!(third.is_empty(), "{third:?}");
+    }
+
+    #[test]
+    fn nulls_are_ignored_by_sum_and_min() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut op = sum_min_by_group();
+        let out = epoch(&mut op, &store, pretty("T I", "+ a .\n+ a ."));
+        assert_eq!(out, vec!["+1 a 2 . ."]);
+    }
+}
