@@ -126,16 +126,37 @@ where
 }
 
 impl QueryHandler {
-    async fn run(
+    async fn run<C>(
         &self,
+        client: &mut C,
         session: &mut Session,
         statement: Statement,
         params: Option<&datafusion::common::ParamValues>,
         format: &Format,
         format_options: Arc<FormatOptions>,
-    ) -> PgWireResult<Response> {
+    ) -> PgWireResult<Response>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
         Metrics::add(&self.engine.metrics.statements, 1);
-        let output = session::execute(&self.engine, session, statement, params).await;
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        session.progress = Some(tx);
+        let output = {
+            let execute = session::execute(&self.engine, session, statement, params);
+            tokio::pin!(execute);
+            loop {
+                tokio::select! {
+                    output = &mut execute => break output,
+                    Some(message) = rx.recv() => {
+                        let info = ErrorInfo::new("NOTICE".to_string(), "00000".to_string(), message);
+                        client.send(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(info))).await?;
+                    }
+                }
+            }
+        };
+        session.progress = None;
         match output {
             Ok(output) => to_response(output, format, format_options),
             Err(e) => {
@@ -214,6 +235,7 @@ impl SimpleQueryHandler for QueryHandler {
         for statement in statements {
             let result = self
                 .run(
+                    client,
                     &mut session,
                     statement,
                     None,
@@ -343,6 +365,7 @@ impl ExtendedQueryHandler for QueryHandler {
         let options = format_options(client.metadata());
         let result = self
             .run(
+                client,
                 &mut session,
                 prepared.statement.clone(),
                 params.as_ref(),

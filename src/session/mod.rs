@@ -69,11 +69,20 @@ pub struct Session {
     pub copy: Option<CopyIn>,
     /// Notices for the client, sent before the statement's result.
     pub notices: Vec<String>,
+    /// Notices sent while a long statement runs (backfill progress).
+    pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Session {
     pub fn notice(&mut self, message: String) {
         self.notices.push(message);
+    }
+
+    /// A notice the client sees at once, while the statement still runs.
+    pub fn progress(&self, message: String) {
+        if let Some(tx) = &self.progress {
+            let _ = tx.send(message);
+        }
     }
 
     /// `SET implicit_flush = true` (or RisingWave's `rw_implicit_flush`).

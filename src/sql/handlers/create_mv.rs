@@ -59,7 +59,7 @@ pub async fn create(
         return Err(Error::Internal("a created view is not a view".into()));
     };
     let started = match start(engine, &view).await {
-        Ok(()) => engine.runtime.catch_up(view.def.table.id).await,
+        Ok(()) => backfill(engine, session, &view).await,
         Err(e) => Err(e),
     };
     if let Err(e) = started {
@@ -70,6 +70,28 @@ pub async fn create(
         return Err(e);
     }
     Ok(Output::command(TAG))
+}
+
+/// Wait until the view holds its inputs, telling the client how far it got every few seconds.
+async fn backfill(engine: &Arc<Engine>, session: &Session, view: &Arc<View>) -> Result<()> {
+    let id = view.def.table.id;
+    let done = engine.runtime.catch_up(id);
+    tokio::pin!(done);
+    let mut ticks = tokio::time::interval(std::time::Duration::from_secs(2));
+    ticks.tick().await;
+    loop {
+        tokio::select! {
+            outcome = &mut done => return outcome,
+            _ = ticks.tick() => {
+                let progress = engine.runtime.progress(id).unwrap_or(0.0);
+                session.progress(format!(
+                    "materialized view \"{}\": backfill {:.1}% done",
+                    view.def.table.name,
+                    progress * 100.0
+                ));
+            }
+        }
+    }
 }
 
 /// Build a view's dataflow and hand it to the runtime (at creation and at every start).
