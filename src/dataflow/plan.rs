@@ -124,10 +124,11 @@ impl<'a> Planner<'a> {
                     .iter()
                     .map(|g| Ok(g.get_type(schema)?))
                     .collect::<Result<Vec<DataType>>>()?;
+                let append_only = self.is_append_only(&a.input);
                 let aggs = a
                     .aggr_expr
                     .iter()
-                    .map(|e| self.aggregate(e, schema))
+                    .map(|e| self.aggregate(e, schema, append_only))
                     .collect::<Result<Vec<_>>>()?;
                 let op = Aggregate::new(groups, group_types, aggs, arrow_schema(plan))?;
                 Ok(self.push(Box::new(op), vec![input]))
@@ -185,7 +186,23 @@ impl<'a> Planner<'a> {
         Ok(node)
     }
 
-    fn aggregate(&self, expr: &Expr, schema: &DFSchema) -> Result<AggSpec> {
+    /// Whether a plan's output only ever grows: it reads append-only tables
+    /// through filters, projections and unions.
+    fn is_append_only(&self, plan: &LogicalPlan) -> bool {
+        match plan {
+            LogicalPlan::TableScan(scan) => self
+                .catalog
+                .relation(scan.table_name.table())
+                .is_some_and(|t| t.def.append_only && !t.def.is_view),
+            LogicalPlan::Projection(p) => self.is_append_only(&p.input),
+            LogicalPlan::Filter(f) => self.is_append_only(&f.input),
+            LogicalPlan::SubqueryAlias(a) => self.is_append_only(&a.input),
+            LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.is_append_only(i)),
+            _ => false,
+        }
+    }
+
+    fn aggregate(&self, expr: &Expr, schema: &DFSchema, append_only: bool) -> Result<AggSpec> {
         let expr = match expr {
             Expr::Alias(alias) => alias.expr.as_ref(),
             other => other,
@@ -250,6 +267,7 @@ impl<'a> Planner<'a> {
         }
         let arg = arg.map(|a| self.expr(a, schema)).transpose()?;
         Ok(AggSpec {
+            append_only,
             kind,
             arg,
             arg_type,

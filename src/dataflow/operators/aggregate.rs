@@ -46,6 +46,8 @@ pub enum AggKind {
 
 pub struct AggSpec {
     pub kind: AggKind,
+    /// The input never retracts, so min and max need no multiset.
+    pub append_only: bool,
     /// The argument; `None` for count(*).
     pub arg: Option<Arc<dyn PhysicalExpr>>,
     pub arg_type: DataType,
@@ -61,15 +63,44 @@ struct GroupState {
     int_sums: Vec<i128>,
     /// Per aggregate: sum of floating-point inputs.
     float_sums: Vec<f64>,
+    /// Per aggregate: min or max over append-only input (row format), kept
+    /// without a multiset since nothing is ever retracted.
+    extremes: Vec<Option<Vec<u8>>>,
+}
+
+/// Keep the smaller (min) or larger (max) of two row-format values.
+fn keep_extreme(current: &mut Option<Vec<u8>>, value: &[u8], kind: AggKind) {
+    let better = match current {
+        None => true,
+        Some(held) if kind == AggKind::Min => value < held.as_slice(),
+        Some(held) => value > held.as_slice(),
+    };
+    if better {
+        *current = Some(value.to_vec());
+    }
 }
 
 impl GroupState {
+    /// Add a batch's partial state for the same group.
+    fn absorb(&mut self, delta: &GroupState, kinds: &[AggKind]) {
+        self.rows += delta.rows;
+        for (i, kind) in kinds.iter().enumerate() {
+            self.counts[i] += delta.counts[i];
+            self.int_sums[i] += delta.int_sums[i];
+            self.float_sums[i] += delta.float_sums[i];
+            if let Some(value) = &delta.extremes[i] {
+                keep_extreme(&mut self.extremes[i], value, *kind);
+            }
+        }
+    }
+
     fn new(aggs: usize) -> GroupState {
         GroupState {
             rows: 0,
             counts: vec![0; aggs],
             int_sums: vec![0; aggs],
             float_sums: vec![0.0; aggs],
+            extremes: vec![None; aggs],
         }
     }
 
@@ -80,6 +111,15 @@ impl GroupState {
             out.extend_from_slice(&self.counts[i].to_le_bytes());
             out.extend_from_slice(&self.int_sums[i].to_le_bytes());
             out.extend_from_slice(&self.float_sums[i].to_le_bytes());
+        }
+        for extreme in &self.extremes {
+            match extreme {
+                Some(value) => {
+                    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                    out.extend_from_slice(value);
+                }
+                None => out.extend_from_slice(&u32::MAX.to_le_bytes()),
+            }
         }
         if let Some(row) = emitted {
             out.extend_from_slice(row);
@@ -101,7 +141,15 @@ impl GroupState {
             state.float_sums[i] =
                 f64::from_le_bytes(field(at + 24, 8)?.try_into().map_err(|_| bad())?);
         }
-        let end = 8 + aggs * 32;
+        let mut end = 8 + aggs * 32;
+        for i in 0..aggs {
+            let len = u32::from_le_bytes(field(end, 4)?.try_into().map_err(|_| bad())?);
+            end += 4;
+            if len != u32::MAX {
+                state.extremes[i] = Some(field(end, len as usize)?.to_vec());
+                end += len as usize;
+            }
+        }
         let emitted = (bytes.len() > end).then(|| bytes[end..].to_vec());
         Ok((state, emitted))
     }
@@ -253,25 +301,43 @@ impl Operator for Aggregate {
             .map(|((arg, spec), values)| Input::prepare(spec, arg.as_ref(), values.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs();
+        // Fold the batch per group first, so each group is looked up once a batch.
+        let mut local: HashMap<&[u8], usize> = HashMap::new();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut partial: Vec<GroupState> = Vec::new();
+        let mut values: HashMap<(usize, usize, &[u8]), i64> = HashMap::new();
         for row in 0..n {
             let diff = diffs.value(row);
-            let group: Vec<u8> = group_rows
-                .as_ref()
-                .map_or(Vec::new(), |rows| rows.row(row).data().to_vec());
-            let group = group.as_slice();
-            let touched = self.touch(group, cx)?;
-            touched.state.rows += diff;
+            let key: &[u8] = group_rows.as_ref().map_or(&[], |rows| rows.row(row).data());
+            let index = *local.entry(key).or_insert_with(|| {
+                keys.push(key);
+                partial.push(GroupState::new(self.aggs.len()));
+                keys.len() - 1
+            });
+            let state = &mut partial[index];
+            state.rows += diff;
             for (a, input) in inputs.iter().enumerate() {
-                input.apply(a, row, diff, &mut touched.state);
-            }
-            for (a, input) in inputs.iter().enumerate() {
+                input.apply(a, row, diff, state);
                 if let Some(value) = input.multiset_value(row) {
-                    *self
-                        .multiset
-                        .entry((a, group.to_vec(), value.to_vec()))
-                        .or_insert(0) += diff;
+                    if self.aggs[a].append_only && self.aggs[a].kind != AggKind::CountDistinct {
+                        keep_extreme(&mut state.extremes[a], value, self.aggs[a].kind);
+                    } else {
+                        *values.entry((a, index, value)).or_insert(0) += diff;
+                    }
                 }
             }
+        }
+        for (index, delta) in partial.into_iter().enumerate() {
+            let group = keys[index];
+            let kinds: Vec<AggKind> = self.aggs.iter().map(|a| a.kind).collect();
+            let touched = self.touch(group, cx)?;
+            touched.state.absorb(&delta, &kinds);
+        }
+        for ((a, index, value), delta) in values {
+            *self
+                .multiset
+                .entry((a, keys[index].to_vec(), value.to_vec()))
+                .or_insert(0) += delta;
         }
         Ok(())
     }
@@ -396,6 +462,16 @@ impl Aggregate {
                     state.int_sums[a] as f64 / decimal_factor(&spec.arg_type)
                 };
                 ScalarValue::Float64(Some(total / n as f64))
+            }
+            AggKind::Min | AggKind::Max if spec.append_only => {
+                match (&state.extremes[a], &self.values[a]) {
+                    (Some(value), Some(converter)) => {
+                        let parser = converter.parser();
+                        let column = converter.convert_rows([parser.parse(value)])?;
+                        ScalarValue::try_from_array(&column[0], 0)?
+                    }
+                    _ => ScalarValue::Null,
+                }
             }
             AggKind::Min | AggKind::Max => {
                 let prefix = Self::multiset_prefix(cx, a, group);
@@ -598,16 +674,19 @@ mod tests {
         let column = |i| Arc::new(Column::new("c", i)) as Arc<dyn PhysicalExpr>;
         let aggs = vec![
             AggSpec {
+                append_only: false,
                 kind: AggKind::CountStar,
                 arg: None,
                 arg_type: DataType::Null,
             },
             AggSpec {
+                append_only: false,
                 kind: AggKind::Sum,
                 arg: Some(column(1)),
                 arg_type: DataType::Int64,
             },
             AggSpec {
+                append_only: false,
                 kind: AggKind::Min,
                 arg: Some(column(1)),
                 arg_type: DataType::Int64,
@@ -643,6 +722,28 @@ mod tests {
         // A change that nets to nothing emits nothing.
         let third = epoch(&mut op, &store, pretty("T I", "+ a 9\n- a 9"));
         assert!(third.is_empty(), "{third:?}");
+    }
+
+    #[test]
+    fn append_only_extremes_survive_a_restart_without_a_multiset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let build = || {
+            let mut op = sum_min_by_group();
+            op.aggs[2].append_only = true;
+            op
+        };
+        let mut op = build();
+        assert_eq!(
+            epoch(&mut op, &store, pretty("T I", "+ a 5\n+ a 3")),
+            vec!["+1 a 2 8 3"]
+        );
+        // A new operator reads the group back from state, as after a restart.
+        let mut op = build();
+        assert_eq!(
+            epoch(&mut op, &store, pretty("T I", "+ a 1\n+ a 4")),
+            vec!["+1 a 4 13 1", "-1 a 2 8 3"]
+        );
     }
 
     #[test]
