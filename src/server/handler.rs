@@ -401,13 +401,20 @@ impl CopyHandler for QueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let shared = session_of(client);
-        let copy = shared.lock().await.copy.take();
+        let (copy, flush) = {
+            let mut session = shared.lock().await;
+            (session.copy.take(), session.implicit_flush())
+        };
         let Some(copy) = copy else {
             return Err(to_pg_error(Error::Internal(
                 "COPY data without a COPY statement".into(),
             )));
         };
-        match handlers::copy::finish(&self.engine, copy).await {
+        let mut outcome = handlers::copy::finish(&self.engine, copy).await;
+        if flush && outcome.is_ok() {
+            outcome = self.engine.runtime.flush().await.and(outcome);
+        }
+        match outcome {
             Ok(Output::Command { tag, rows }) => {
                 let tag = Tag::new(&tag).with_rows(rows.unwrap_or(0) as usize);
                 client
