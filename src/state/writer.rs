@@ -136,15 +136,17 @@ fn run(db: Weak<DB>, mut rx: mpsc::Receiver<WriteRequest>) {
 fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) {
     let mut group = Group::default();
     let mut replies = Vec::with_capacity(requests.len());
-    for request in requests {
+    let count = requests.len();
+    for (index, request) in requests.into_iter().enumerate() {
         let mut pending = Pending::new(&group, offsets);
         let outcome = pending
             .apply(db, &request.target, request.op)
             .map(|count| (count, pending.finish()));
         match outcome {
-            Ok((count, staged)) => {
-                group.absorb(staged, offsets);
-                replies.push((request.reply, Ok(count)));
+            Ok((rows, staged)) => {
+                // Only later requests of the group read the overlay.
+                group.absorb(staged, offsets, index + 1 < count);
+                replies.push((request.reply, Ok(rows)));
             }
             Err(e) => replies.push((request.reply, Err(e))),
         }
@@ -220,9 +222,11 @@ enum Op {
 }
 
 impl Group {
-    fn absorb(&mut self, staged: Staged, offsets: &mut Offsets) {
+    fn absorb(&mut self, staged: Staged, offsets: &mut Offsets, visible: bool) {
         for (key, value) in staged.rows {
-            self.overlay.insert(key.clone(), self.ops.len());
+            if visible {
+                self.overlay.insert(key.clone(), self.ops.len());
+            }
             self.ops.push(match value {
                 Some(v) => Op::PutRow(key, v),
                 None => Op::DeleteRow(key),
