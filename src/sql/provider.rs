@@ -122,7 +122,12 @@ impl TableProvider for TableSource {
     }
 
     fn table_type(&self) -> TableType {
-        TableType::Base
+        // pg_catalog then lists materialized views with psql's \dv, not \dt.
+        if self.table.def.is_view {
+            TableType::View
+        } else {
+            TableType::Base
+        }
     }
 
     fn get_table_definition(&self) -> Option<&str> {
