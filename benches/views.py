@@ -204,6 +204,43 @@ def exit_note(server) -> str | None:
     return f"weir exited with code {p.returncode}; last log lines:\n{ingest.tail(server.log_path())}"
 
 
+class Stuck(RuntimeError):
+    """A timed statement neither finished nor answered a cancel request."""
+
+
+def timed_execute(conn, sql: str, limit: float, grace: float = 60.0):
+    """Run sql on conn in a helper thread; return (seconds, cursor, error).
+
+    After `limit` seconds the statement is cancelled (the error is then the
+    cancellation); if it has not returned `grace` seconds after that, Stuck is
+    raised and the connection is left to the caller to discard.
+    """
+    box: dict = {}
+
+    def work() -> None:
+        t0 = time.perf_counter()
+        try:
+            box["cur"] = conn.execute(sql)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["err"] = e
+        box["seconds"] = time.perf_counter() - t0
+
+    th = threading.Thread(target=work, daemon=True, name="timed-statement")
+    th.start()
+    th.join(limit)
+    if th.is_alive():
+        log(f"  still running after {limit:g} s; cancelling: {sql[:80]}")
+        try:
+            conn.cancel_safe(timeout=10)
+        except Exception as e:
+            log(f"  cancel request failed: {e!r}")
+        th.join(grace)
+        if th.is_alive():
+            raise Stuck(f"statement did not finish within {limit:g} s and did not return "
+                        f"{grace:g} s after being cancelled: {sql[:80]}")
+    return box.get("seconds"), box.get("cur"), box.get("err")
+
+
 # --------------------------------------------------------------------------
 # (a) Throughput: batch query vs incremental backfill
 # --------------------------------------------------------------------------
@@ -219,6 +256,7 @@ class ThroughputRun:
     server_cpu_seconds: float
     result_rows: int
     verify_error: str | None = None
+    timed_out: bool = False  # seconds / rows_per_sec are then bounds, not measurements
 
 
 def run_throughput(args, registry: list) -> dict:
@@ -249,28 +287,36 @@ def run_throughput(args, registry: list) -> dict:
             del expected
 
             batch_sql = BATCH_SQL.format(src="s")
-            for rep in range(1, args.repeat + 1):
-                # Alternate which one goes first, so neither always gets the warmer cache.
-                order = ("batch", "incremental") if rep % 2 == 1 else ("incremental", "batch")
-                for kind in order:
-                    s.check_alive()
-                    time.sleep(args.settle_seconds)
-                    s.set_phase(f"throughput-{kind}")
-                    if kind == "batch":
-                        run = time_batch(s, conn, batch_sql, args.rows, rep, expected_rows)
-                    else:
-                        run = time_incremental(s, conn, args.rows, rep, expected_rows, batch_sql)
-                    out["runs"].append(run)
-                    log(f"throughput {kind:<11} run {rep}: {run.seconds:.2f} s = {run.rows_per_sec:,.0f} rows/s, "
-                        f"server CPU {run.server_cpu_seconds:.2f} s"
-                        + (f"  VERIFY FAILED: {run.verify_error}" if run.verify_error else ""))
+            try:
+                for rep in range(1, args.repeat + 1):
+                    # Alternate which one goes first, so neither always gets the warmer cache.
+                    order = ("batch", "incremental") if rep % 2 == 1 else ("incremental", "batch")
+                    for kind in order:
+                        s.check_alive()
+                        time.sleep(args.settle_seconds)
+                        s.set_phase(f"throughput-{kind}")
+                        if kind == "batch":
+                            run = time_batch(s, conn, batch_sql, args.rows, rep, expected_rows, args)
+                        else:
+                            run = time_incremental(s, conn, args.rows, rep, expected_rows, batch_sql, args)
+                        out["runs"].append(run)
+                        log(f"throughput {kind:<11} run {rep}: "
+                            + ("TIMED OUT after " if run.timed_out else "")
+                            + f"{run.seconds:.2f} s = {run.rows_per_sec:,.0f} rows/s, "
+                            f"server CPU {run.server_cpu_seconds:.2f} s"
+                            + (f"  VERIFY FAILED: {run.verify_error}" if run.verify_error else ""))
+            except Stuck as e:
+                if getattr(e, "run", None) is not None:
+                    out["runs"].append(e.run)
+                log(f"throughput: {e}; abandoning the remaining runs")
+                out["aborted"] = str(e)
             s.set_phase("idle")
         out["vmhwm_kib"] = hwm_kib(s)
         out["version"] = s.version
     runs = out["runs"]
     summ: dict = {}
     for kind in ("batch", "incremental"):
-        rs = [r for r in runs if r.kind == kind]
+        rs = [r for r in runs if r.kind == kind and not r.timed_out]
         if rs:
             summ[kind] = {
                 "rows_per_sec": statistics.median(r.rows_per_sec for r in rs),
@@ -279,21 +325,29 @@ def run_throughput(args, registry: list) -> dict:
                 "max_rows_per_sec": max(r.rows_per_sec for r in rs),
                 "server_cpu_us_per_row": statistics.median(r.server_cpu_seconds / r.rows * 1e6 for r in rs),
                 "runs": len(rs),
+                "timed_out_runs": sum(1 for r in runs if r.kind == kind and r.timed_out),
             }
     if "batch" in summ and "incremental" in summ:
         summ["ratio_incremental_over_batch"] = summ["incremental"]["rows_per_sec"] / summ["batch"]["rows_per_sec"]
         pairs = [i.rows_per_sec / b.rows_per_sec for b, i in zip(
-            [r for r in runs if r.kind == "batch"], [r for r in runs if r.kind == "incremental"])]
+            [r for r in runs if r.kind == "batch"], [r for r in runs if r.kind == "incremental"])
+            if not (b.timed_out or i.timed_out)]
         summ["ratio_per_repeat"] = pairs
     out["summary"] = summ
     out["runs"] = [asdict(r) for r in runs]
     return out
 
 
-def time_batch(s, conn, sql: str, rows: int, rep: int, expected_rows: list[tuple]) -> ThroughputRun:
+def time_batch(s, conn, sql: str, rows: int, rep: int, expected_rows: list[tuple], args) -> ThroughputRun:
     cpu0 = s.cpu_seconds()
     t0 = time.perf_counter()
-    result = conn.execute(sql).fetchall()
+    _, cur, err = timed_execute(conn, sql, args.statement_timeout)
+    if err is not None:
+        if isinstance(err, psycopg.errors.QueryCanceled):
+            return ThroughputRun("batch", rep, rows, args.statement_timeout, rows / args.statement_timeout,
+                                 s.cpu_seconds() - cpu0, 0, None, timed_out=True)
+        raise err
+    result = cur.fetchall()
     t1 = time.perf_counter()
     cpu1 = s.cpu_seconds()
     got = normalize(result)
@@ -303,13 +357,35 @@ def time_batch(s, conn, sql: str, rows: int, rep: int, expected_rows: list[tuple
     return ThroughputRun("batch", rep, rows, t1 - t0, rows / (t1 - t0), cpu1 - cpu0, len(result), err)
 
 
-def time_incremental(s, conn, rows: int, rep: int, expected_rows: list[tuple], batch_sql: str) -> ThroughputRun:
+def time_incremental(s, conn, rows: int, rep: int, expected_rows: list[tuple], batch_sql: str,
+                     args) -> ThroughputRun:
     view = f"mv_{rep}"
     cpu0 = s.cpu_seconds()
     t0 = time.perf_counter()
-    conn.execute(VIEW_SQL.format(view=view, src="s"))
+    _, _, err = timed_execute(conn, VIEW_SQL.format(view=view, src="s"), args.statement_timeout)
     t1 = time.perf_counter()
     cpu1 = s.cpu_seconds()
+    if err is not None:
+        if isinstance(err, psycopg.errors.QueryCanceled):
+            log(f"  CREATE MATERIALIZED VIEW {view} cancelled after {t1 - t0:.1f} s")
+            run = ThroughputRun("incremental", rep, rows, t1 - t0, rows / (t1 - t0), cpu1 - cpu0, 0, None,
+                                timed_out=True)
+            # A cancelled CREATE should leave nothing behind; if the view is
+            # still there it keeps the dataflow thread busy, so it has to go.
+            left = [r[0] for r in conn.execute("SHOW MATERIALIZED VIEWS").fetchall()]
+            if view in left:
+                run.verify_error = (f"CREATE MATERIALIZED VIEW {view} returned 57014 (cancelled), yet the view "
+                                    f"still exists (SHOW MATERIALIZED VIEWS: {left})")
+                log(f"  {run.verify_error}; dropping it")
+                t2 = time.perf_counter()
+                _, _, derr = timed_execute(conn, f"DROP MATERIALIZED VIEW IF EXISTS {view}", 120, grace=5)
+                if derr is not None:
+                    stuck = Stuck(f"DROP MATERIALIZED VIEW {view} after a cancelled CREATE failed: {derr!r}")
+                    stuck.run = run
+                    raise stuck
+                log(f"  DROP took {time.perf_counter() - t2:.1f} s")
+            return run
+        raise err
     # Read without FLUSH first: CREATE is documented to return only after the backfill.
     got = normalize(conn.execute(f"SELECT g, n, s, lo, hi FROM {view}").fetchall())
     err = None
@@ -324,7 +400,8 @@ def time_incremental(s, conn, rows: int, rep: int, expected_rows: list[tuple], b
         batch = normalize(conn.execute(batch_sql).fetchall())
         if batch != got:
             err = f"view differs from the batch query ({first_difference(got, batch)})"
-    conn.execute(f"DROP MATERIALIZED VIEW {view}")
+    if not args.keep_views:
+        conn.execute(f"DROP MATERIALIZED VIEW {view}")
     return ThroughputRun("incremental", rep, rows, t1 - t0, rows / (t1 - t0), cpu1 - cpu0, len(got), err)
 
 
@@ -645,7 +722,8 @@ def markdown(args, results: dict, machine: dict, version: str) -> str:
             f"(DataFusion inside weir, all result rows fetched) and incrementally, by timing "
             f"`CREATE MATERIALIZED VIEW` over the loaded rows (it returns when the backfill is complete). "
             f"Median of {args.repeat} run{'s' if args.repeat != 1 else ''} each, alternating which goes first; "
-            f"the view is dropped after each run."
+            + ("each run's view is kept (idle) while the next one is created."
+               if args.keep_views else "the view is dropped after each run.")
         )
         L.append("")
         L.append("| Measure | Batch query | Incremental view | Incremental / batch | Goal |")
@@ -662,6 +740,15 @@ def markdown(args, results: dict, machine: dict, version: str) -> str:
                      f"{fmt_int(i.get('max_rows_per_sec'))} | "
                      + ", ".join(f"{r:.2f}×" for r in sm.get("ratio_per_repeat", [])) + " | |")
         L.append("")
+        tmo = [r for r in th["runs"] if r.get("timed_out")]
+        if tmo:
+            L.append(f"**{len(tmo)} run(s) did not finish within {args.statement_timeout:g} s and were cancelled** "
+                     "(left out of the medians): "
+                     + ", ".join(f"{r['kind']} run {r['repeat']}" for r in tmo) + ".")
+            L.append("")
+        if th.get("aborted"):
+            L.append(f"**The remaining runs were abandoned:** {th['aborted']}.")
+            L.append("")
         ld = th.get("load", {})
         bad = [r for r in th["runs"] if r.get("verify_error")] + [{"verify_error": n} for n in th["verify_notes"]]
         L.append(
@@ -764,8 +851,10 @@ def markdown(args, results: dict, machine: dict, version: str) -> str:
         L.append("| Kind | Run | Rows | Seconds | Rows/s | Server CPU s |")
         L.append("|---|---:|---:|---:|---:|---:|")
         for r in th_runs:
-            L.append(f"| {r['kind']} | {r['repeat']} | {r['rows']:,} | {r['seconds']:.2f} | "
-                     f"{r['rows_per_sec']:,.0f} | {r['server_cpu_seconds']:.2f} |")
+            lim = "≥ " if r.get("timed_out") else ""
+            lo = "≤ " if r.get("timed_out") else ""
+            L.append(f"| {r['kind']} | {r['repeat']} | {r['rows']:,} | {lim}{r['seconds']:.2f} | "
+                     f"{lo}{r['rows_per_sec']:,.0f} | {r['server_cpu_seconds']:.2f} |")
         L.append("")
         L.append("</details>")
     return "\n".join(L) + "\n"
@@ -790,6 +879,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     g.add_argument("--groups", type=int, default=1000, help="distinct values of g (throughput and freshness)")
     g.add_argument("--repeat", type=int, default=3, help="batch and incremental runs each (median reported)")
     g.add_argument("--copy-chunk-rows", type=int, default=50_000, help="rows per COPY data message batch")
+    g.add_argument("--keep-views", action="store_true",
+                   help="keep each run's view instead of dropping it before the next run (the kept views are "
+                        "idle: the stream gets no new rows)")
+    g.add_argument("--statement-timeout", type=float, default=900.0,
+                   help="cancel a timed query or CREATE MATERIALIZED VIEW after this many seconds")
     g = p.add_argument_group("freshness")
     g.add_argument("--load-rate", type=float, default=50_000, help="background load in rows/s")
     g.add_argument("--load-interval-ms", type=float, default=20, help="one loader statement every this many ms")

@@ -38,3 +38,61 @@ pub mod telemetry;
 
 pub use config::Config;
 pub use error::{Error, Result};
+
+#[cfg(test)]
+mod layout {
+    //! Dependencies point down: nothing below the server imports it, and the
+    //! storage layers import nothing that plans or serves.
+
+    fn sources(dir: &str) -> Vec<(String, String)> {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src")
+            .join(dir);
+        let mut out = Vec::new();
+        let mut stack = vec![root];
+        while let Some(path) = stack.pop() {
+            if path.is_dir() {
+                for entry in std::fs::read_dir(&path)
+                    .expect("readable source dir")
+                    .flatten()
+                {
+                    stack.push(entry.path());
+                }
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).expect("readable source");
+                out.push((path.display().to_string(), text));
+            }
+        }
+        out
+    }
+
+    fn assert_no_imports(dirs: &[&str], forbidden: &[&str]) {
+        for dir in dirs {
+            for (path, text) in sources(dir) {
+                for module in forbidden {
+                    assert!(
+                        !text.contains(&format!("crate::{module}::"))
+                            && !text.contains(&format!("crate::{module}}}")),
+                        "{path} imports crate::{module}, which sits above it"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nothing_below_the_server_imports_it() {
+        assert_no_imports(
+            &["session", "sql", "catalog", "dataflow", "state", "log"],
+            &["server"],
+        );
+    }
+
+    #[test]
+    fn storage_imports_no_planning_or_sessions() {
+        assert_no_imports(
+            &["state", "log"],
+            &["server", "session", "sql", "dataflow", "catalog"],
+        );
+    }
+}
