@@ -15,8 +15,10 @@ measures three things, each on a fresh node:
               which returns once the view has backfilled every row already in
               the stream. The view is compared row by row with the batch
               result (and both with totals computed by this script), then
-              dropped. Reported: rows/s of both, the ratio incremental /
-              batch, server CPU per row.
+              dropped (--keep-views keeps it instead). Reported: rows/s of
+              both, the ratio incremental / batch, server CPU per row. With
+              --source table the rows go into a table with a primary key
+              instead, where min and max must keep every value of a group.
 
   freshness   with the default 100 ms barrier interval, a loader thread on its
               own connection writes --load-rate rows/s into a stream that
@@ -98,9 +100,11 @@ def value_of(i: int) -> int:
     return (i * 2654435761) % 4294967291 % 2_000_001 - 1_000_000
 
 
-def copy_chunks(start: int, rows: int, groups: int, chunk_rows: int, expected: dict | None = None):
+def copy_chunks(start: int, rows: int, groups: int, chunk_rows: int, expected: dict | None = None,
+                with_id: bool = False):
     """Rows start .. start+rows-1 as COPY text, `g<TAB>v` per line, chunk_rows per chunk.
 
+    With with_id each line starts with the row number i as a key: `i<TAB>g<TAB>v`.
     When `expected` is a dict it is filled with g -> [count, sum, min, max].
     """
     end = start + rows
@@ -120,12 +124,16 @@ def copy_chunks(start: int, rows: int, groups: int, chunk_rows: int, expected: d
                         e[2] = v
                     if v > e[3]:
                         e[3] = v
-        yield "".join(f"{g}\t{v}\n" for g, v in zip(gs, vs)).encode()
+        if with_id:
+            yield "".join(f"{i}\t{g}\t{v}\n" for i, g, v in zip(range(lo, hi), gs, vs)).encode()
+        else:
+            yield "".join(f"{g}\t{v}\n" for g, v in zip(gs, vs)).encode()
 
 
-def copy_rows(conn, table: str, chunks) -> None:
+def copy_rows(conn, table: str, chunks, with_id: bool = False) -> None:
+    cols = "id, g, v" if with_id else "g, v"
     with conn.cursor() as cur:
-        with cur.copy(f"COPY {table} (g, v) FROM STDIN") as cp:
+        with cur.copy(f"COPY {table} ({cols}) FROM STDIN") as cp:
             for chunk in chunks:
                 cp.write(chunk)
 
@@ -263,12 +271,17 @@ def run_throughput(args, registry: list) -> dict:
     out: dict = {"runs": [], "load": {}, "verify_notes": []}
     with Node(args, "throughput-load", registry) as s:
         with s.connect() as conn:
-            conn.execute("CREATE STREAM s (g BIGINT, v BIGINT)")
+            table = args.source == "table"
+            if table:
+                conn.execute("CREATE TABLE s (id BIGINT PRIMARY KEY, g BIGINT, v BIGINT)")
+            else:
+                conn.execute("CREATE STREAM s (g BIGINT, v BIGINT)")
             expected: dict = {}
-            log(f"throughput: loading {args.rows:,} rows ({args.groups:,} groups) with COPY")
+            log(f"throughput: loading {args.rows:,} rows ({args.groups:,} groups) into a {args.source} with COPY")
             cpu0 = s.cpu_seconds()
             t0 = time.perf_counter()
-            copy_rows(conn, "s", copy_chunks(0, args.rows, args.groups, args.copy_chunk_rows, expected))
+            copy_rows(conn, "s", copy_chunks(0, args.rows, args.groups, args.copy_chunk_rows, expected, table),
+                      table)
             t1 = time.perf_counter()
             conn.execute("FLUSH")
             t2 = time.perf_counter()
@@ -715,8 +728,10 @@ def markdown(args, results: dict, machine: dict, version: str) -> str:
         sm = th["summary"]
         b, i = sm.get("batch", {}), sm.get("incremental", {})
         ratio = sm.get("ratio_incremental_over_batch")
+        where = ("in a stream (`CREATE STREAM s (g BIGINT, v BIGINT)`" if args.source == "stream" else
+                 "in a table (`CREATE TABLE s (id BIGINT PRIMARY KEY, g BIGINT, v BIGINT)`")
         L.append(
-            f"**Throughput.** {args.rows:,} rows `(g BIGINT, v BIGINT)` in a stream (`CREATE STREAM`, loaded with "
+            f"**Throughput.** {args.rows:,} rows {where}, loaded with "
             f"`COPY`), g = i mod {args.groups:,}. The same aggregate "
             f"`SELECT g, count(*), sum(v), min(v), max(v) FROM s GROUP BY g` computed as a batch query "
             f"(DataFusion inside weir, all result rows fetched) and incrementally, by timing "
@@ -879,6 +894,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     g.add_argument("--groups", type=int, default=1000, help="distinct values of g (throughput and freshness)")
     g.add_argument("--repeat", type=int, default=3, help="batch and incremental runs each (median reported)")
     g.add_argument("--copy-chunk-rows", type=int, default=50_000, help="rows per COPY data message batch")
+    g.add_argument("--source", choices=("stream", "table"), default="stream",
+                   help="what the rows go into: an append-only stream, or a table with a primary key "
+                        "(then min and max keep every value of a group, as rows may be deleted)")
     g.add_argument("--keep-views", action="store_true",
                    help="keep each run's view instead of dropping it before the next run (the kept views are "
                         "idle: the stream gets no new rows)")

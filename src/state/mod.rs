@@ -70,8 +70,13 @@ impl Store {
 }
 
 fn family_options() -> Options {
+    use rocksdb::DBCompressionType::{Lz4, None as Plain};
     let mut options = Options::default();
-    options.set_compression_type(rocksdb::DBCompressionType::Lz4);
+    // Larger memtables mean fewer flushes during bulk loads; the first
+    // levels, rewritten soonest by compaction, are not worth compressing.
+    options.set_write_buffer_size(128 << 20);
+    options.set_max_write_buffer_number(3);
+    options.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
     options
 }
 

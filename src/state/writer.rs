@@ -327,9 +327,11 @@ impl<'g> Pending<'g> {
             .iter()
             .map(|r| keys::row_key(target.table, &r.key))
             .collect();
-        let current = self.current(db, &full)?;
-        if let Some(i) = current.iter().position(Option::is_some) {
-            return Err(duplicate(target, &rows[i]));
+        if !self.all_beyond_end(db, target, &full)? {
+            let current = self.current(db, &full)?;
+            if let Some(i) = current.iter().position(Option::is_some) {
+                return Err(duplicate(target, &rows[i]));
+            }
         }
         let count = rows.len() as u64;
         for (key, row) in full.into_iter().zip(rows) {
@@ -422,6 +424,25 @@ impl<'g> Pending<'g> {
             self.staged.rows.push((full, Some(change.new.row.clone())));
         }
         Ok(changes.len() as u64)
+    }
+
+    /// Whether every key sorts after the table's last row, so none can exist:
+    /// bulk loads into new tables, and ascending keys, skip the point reads.
+    fn all_beyond_end(&self, db: &DB, target: &Target, full_keys: &[Vec<u8>]) -> Result<bool> {
+        let Some(smallest) = full_keys.iter().min() else {
+            return Ok(true);
+        };
+        let prefix = keys::table_prefix(target.table);
+        if self.group.overlay.keys().any(|k| k.starts_with(&prefix)) {
+            return Ok(false);
+        }
+        let mut iter = db.raw_iterator_cf(cf(db, CF_ROWS));
+        iter.seek_for_prev(keys::prefix_end(&prefix));
+        iter.status()?;
+        Ok(match iter.key() {
+            Some(last) if last.starts_with(&prefix) => last < smallest.as_slice(),
+            _ => true,
+        })
     }
 
     /// Current values of full row keys: earlier requests of the group first, then the store.
