@@ -80,7 +80,11 @@ impl EpochState {
         upper: &[u8],
         last: bool,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
-        let mut committed = self.db.raw_iterator_cf(cf(&self.db, CF_STATE));
+        // Bounds keep the iterator from walking through deleted state
+        // outside the range (a dropped view leaves tombstones behind).
+        let mut options = rocksdb::ReadOptions::default();
+        options.set_iterate_range(lower.to_vec()..upper.to_vec());
+        let mut committed = self.db.raw_iterator_cf_opt(cf(&self.db, CF_STATE), options);
         let pending = self
             .writes
             .range::<[u8], _>((Bound::Included(lower), Bound::Excluded(upper)));

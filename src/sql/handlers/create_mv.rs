@@ -58,18 +58,39 @@ pub async fn create(
     else {
         return Err(Error::Internal("a created view is not a view".into()));
     };
-    let started = match start(engine, &view).await {
-        Ok(()) => backfill(engine, session, &view).await,
-        Err(e) => Err(e),
+    // If the statement fails or is cancelled before the backfill ends, the view goes.
+    let mut guard = Unfinished {
+        engine: engine.clone(),
+        view: Some(view.clone()),
     };
-    if let Err(e) = started {
-        let _ = engine.runtime.drop_view(view.def.table.id).await;
-        engine
-            .catalog
-            .drop_objects(&[Object::MaterializedView(view)])?;
-        return Err(e);
-    }
+    start(engine, &view).await?;
+    backfill(engine, session, &view).await?;
+    guard.view = None;
     Ok(Output::command(TAG))
+}
+
+/// Removes a view whose CREATE did not finish, also when the statement's
+/// future is dropped by a cancel request.
+struct Unfinished {
+    engine: Arc<Engine>,
+    view: Option<Arc<View>>,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        let Some(view) = self.view.take() else { return };
+        let engine = self.engine.clone();
+        tokio::spawn(async move {
+            let id = view.def.table.id;
+            let _ = engine.runtime.drop_view(id).await;
+            if let Err(e) = engine
+                .catalog
+                .drop_objects(&[Object::MaterializedView(view)])
+            {
+                tracing::error!(view = id, cause = %e, "could not remove an unfinished view");
+            }
+        });
+    }
 }
 
 /// Wait until the view holds its inputs, telling the client how far it got every few seconds.
