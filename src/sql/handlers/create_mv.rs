@@ -37,18 +37,12 @@ pub async fn create(
     }
     let plan = plan_query(engine, &create.query).await?;
     let shape = Planner::shape(&engine.catalog, &plan)?;
-    let table = TableDef {
-        id: engine.catalog.allocate_id()?,
-        name: create.name.clone(),
-        columns: columns(&plan)?,
-        primary_key: shape.key.clone().unwrap_or_default(),
-        append_only: false,
-        watermark: None,
-        partitions: 1,
-        definition: create.text.clone(),
-        is_view: true,
-        multiset: shape.key.is_none(),
-    };
+    let table = contents(
+        engine.catalog.allocate_id()?,
+        &create,
+        &plan,
+        shape.key.clone(),
+    )?;
     let def = ViewDef {
         table,
         query: create.query.to_string(),
@@ -132,18 +126,7 @@ fn build(engine: &Arc<Engine>, table: Arc<Table>, plan: &LogicalPlan) -> Result<
 pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Result<Output> {
     let plan = plan_query(engine, &create.query).await?;
     let shape = Planner::shape(&engine.catalog, &plan)?;
-    let table = TableDef {
-        id: 0,
-        name: create.name.clone(),
-        columns: columns(&plan)?,
-        primary_key: shape.key.clone().unwrap_or_default(),
-        append_only: false,
-        watermark: None,
-        partitions: 1,
-        definition: create.text.clone(),
-        is_view: true,
-        multiset: shape.key.is_none(),
-    };
+    let table = contents(0, &create, &plan, shape.key.clone())?;
     let props = datafusion::execution::context::ExecutionProps::new();
     let dataflow =
         Planner::new(&engine.catalog, &props).build(Arc::new(Table::new(table)?), &plan, 0)?;
@@ -153,6 +136,27 @@ pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Res
         dataflow.explain()
     };
     super::show::text_lines("QUERY PLAN", &text)
+}
+
+/// The table that holds a view's rows.
+fn contents(
+    id: u64,
+    create: &CreateView,
+    plan: &LogicalPlan,
+    key: Option<Vec<usize>>,
+) -> Result<TableDef> {
+    Ok(TableDef {
+        id,
+        name: create.name.clone(),
+        columns: columns(plan)?,
+        multiset: key.is_none(),
+        primary_key: key.unwrap_or_default(),
+        append_only: false,
+        watermark: None,
+        partitions: 1,
+        definition: create.text.clone(),
+        is_view: true,
+    })
 }
 
 async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalPlan> {
