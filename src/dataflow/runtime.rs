@@ -149,7 +149,13 @@ impl Worker {
             if let Err(e) = self.epoch(&db) {
                 tracing::error!(cause = %e, "epoch failed");
             }
-            self.answer_waiters(&db);
+            let answers = self.answer_waiters(&db);
+            // Let go of the database before anyone hears back: whoever owns
+            // the store must be the one that closes it.
+            drop(db);
+            for (reply, outcome) in answers {
+                let _ = reply.send(outcome);
+            }
         }
     }
 
@@ -301,19 +307,17 @@ impl Worker {
         }
     }
 
-    fn answer_waiters(&mut self, db: &DB) {
-        let waiters = std::mem::take(&mut self.waiters);
-        for waiter in waiters {
+    /// The waiters whose wait is over, with their outcome; the rest keep waiting.
+    fn answer_waiters(&mut self, db: &DB) -> Vec<(oneshot::Sender<Result<()>>, Result<()>)> {
+        let mut answers = Vec::new();
+        for waiter in std::mem::take(&mut self.waiters) {
             match self.satisfied(db, &waiter) {
-                Ok(true) => {
-                    let _ = waiter.reply.send(Ok(()));
-                }
                 Ok(false) => self.waiters.push(waiter),
-                Err(e) => {
-                    let _ = waiter.reply.send(Err(e));
-                }
+                Ok(true) => answers.push((waiter.reply, Ok(()))),
+                Err(e) => answers.push((waiter.reply, Err(e))),
             }
         }
+        answers
     }
 
     /// Every chosen dataflow has read its table topics up to the targets, and

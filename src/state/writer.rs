@@ -129,11 +129,21 @@ fn run(db: Weak<DB>, mut rx: mpsc::Receiver<WriteRequest>) {
                 Err(_) => break,
             }
         }
-        commit_group(&db, &mut offsets, requests);
+        let replies = commit_group(&db, &mut offsets, requests);
+        // Let go of the database before anyone hears back: whoever owns the
+        // store must be the one that closes it.
+        drop(db);
+        for (reply, outcome) in replies {
+            // A client that went away does not undo a committed write.
+            let _ = reply.send(outcome);
+        }
     }
 }
 
-fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) {
+type Reply = (oneshot::Sender<Result<u64>>, Result<u64>);
+
+/// Apply and commit one group; returns each request's reply.
+fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> Vec<Reply> {
     let mut group = Group::default();
     let mut replies = Vec::with_capacity(requests.len());
     let count = requests.len();
@@ -155,16 +165,15 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) {
         tracing::error!(cause = %e, "group commit failed");
         offsets.forget();
         let message = e.to_string();
-        for (reply, outcome) in replies {
-            let outcome = outcome.and(Err(Error::Internal(format!("commit failed: {message}"))));
-            let _ = reply.send(outcome);
-        }
-        return;
+        return replies
+            .into_iter()
+            .map(|(reply, outcome)| {
+                let failed = Err(Error::Internal(format!("commit failed: {message}")));
+                (reply, outcome.and(failed))
+            })
+            .collect();
     }
-    for (reply, outcome) in replies {
-        // A client that went away does not undo a committed write.
-        let _ = reply.send(outcome);
-    }
+    replies
 }
 
 /// Next offset of each topic partition, loaded from the log on first use.
