@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
-pub use table::{ColumnDef, Table, TableDef, WatermarkDef};
+pub use table::{ColumnDef, Table, TableDef, WatermarkDef, nullable};
 
 /// A persisted catalog object.
 #[derive(Debug, Clone, Serialize, Deserialize)]

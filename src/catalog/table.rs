@@ -74,10 +74,24 @@ impl TableDef {
     }
 }
 
+/// A schema with every column nullable.
+pub fn nullable(schema: &Schema) -> SchemaRef {
+    Arc::new(Schema::new(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+    ))
+}
+
 /// A table ready for use: its schema and row codec built once.
 pub struct Table {
     pub def: TableDef,
     pub schema: SchemaRef,
+    /// The schema with every column nullable: rows as statements and views
+    /// produce them, before NOT NULL is checked.
+    pub nullable_schema: SchemaRef,
     pub codec: RowCodec,
 }
 
@@ -91,7 +105,13 @@ impl Table {
     pub fn new(def: TableDef) -> Result<Table> {
         let schema = Arc::new(def.arrow_schema()?);
         let codec = RowCodec::new(schema.clone(), &def.primary_key)?;
-        Ok(Table { def, schema, codec })
+        let nullable_schema = nullable(&schema);
+        Ok(Table {
+            def,
+            schema,
+            nullable_schema,
+            codec,
+        })
     }
 
     pub fn target(self: &Arc<Self>) -> Target {

@@ -102,8 +102,8 @@ pub async fn execute(
     statement: Statement,
     params: Option<&ParamValues>,
 ) -> Result<Output> {
-    let span = tracing::debug_span!("statement");
-    let _guard = span.enter();
-    drop(_guard);
-    handlers::dispatch(engine, session, statement, params).await
+    use tracing::Instrument;
+    handlers::dispatch(engine, session, statement, params)
+        .instrument(tracing::debug_span!("statement"))
+        .await
 }

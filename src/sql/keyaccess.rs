@@ -197,8 +197,7 @@ fn range(table: &Table, found: &[(String, Bound)]) -> Option<KeyAccess> {
             *upper = Some(candidate);
         }
     };
-    for (column, bound) in found.iter().filter(|(c, _)| c == name) {
-        let _ = column;
+    for (_, bound) in found.iter().filter(|(c, _)| c == name) {
         match bound {
             Bound::Eq(values) if values.len() == 1 => {
                 let key = encode(&values[0])?;

@@ -7,7 +7,7 @@ use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
-use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer, Whitespace};
+use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 
 use crate::catalog::ObjectKind;
 use crate::error::{Error, Result};
@@ -553,11 +553,6 @@ fn strip_watermark(tokens: &mut Vec<TokenWithSpan>) -> Result<Option<(String, St
     };
     tokens.drain(from..to);
     Ok(Some((column, expr.to_string())))
-}
-
-/// Whitespace tokens, for code that rebuilds statements.
-pub fn space() -> Token {
-    Token::Whitespace(Whitespace::Space)
 }
 
 #[cfg(test)]

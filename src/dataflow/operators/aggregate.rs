@@ -167,6 +167,10 @@ pub struct Aggregate {
     /// Per aggregate with a multiset: the converter for its values.
     values: Vec<Option<RowConverter>>,
     schema: SchemaRef,
+    /// `schema` with every column nullable, for the batches it emits.
+    nullable_schema: SchemaRef,
+    /// The kind of each aggregate, in order.
+    kinds: Vec<AggKind>,
     output: RowConverter,
     touched: HashMap<Vec<u8>, Touched>,
     /// Pending multiset changes: (aggregate, group key, value) -> weight.
@@ -200,8 +204,10 @@ impl Aggregate {
         Ok(Aggregate {
             groups,
             group_keys,
+            kinds: aggs.iter().map(|a| a.kind).collect(),
             aggs,
             values,
+            nullable_schema: crate::catalog::nullable(&schema),
             schema,
             output,
             touched: HashMap::new(),
@@ -327,11 +333,9 @@ impl Operator for Aggregate {
                 }
             }
         }
+        let kinds = self.kinds.clone();
         for (index, delta) in partial.into_iter().enumerate() {
-            let group = keys[index];
-            let kinds: Vec<AggKind> = self.aggs.iter().map(|a| a.kind).collect();
-            let touched = self.touch(group, cx)?;
-            touched.state.absorb(&delta, &kinds);
+            self.touch(keys[index], cx)?.state.absorb(&delta, &kinds);
         }
         for ((a, index, value), delta) in values {
             *self
@@ -522,22 +526,12 @@ impl Aggregate {
             batches.push(self.batch(columns)?);
             diffs.extend(std::iter::repeat_n(1, insert.len()));
         }
-        let rows = concat_batches(&self.relaxed_schema(), &batches)?;
+        let rows = concat_batches(&self.nullable_schema, &batches)?;
         ChangeBatch::new(rows, Int64Array::from(diffs))
     }
 
-    fn relaxed_schema(&self) -> SchemaRef {
-        Arc::new(datafusion::arrow::datatypes::Schema::new(
-            self.schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        ))
-    }
-
     fn batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
-        Ok(RecordBatch::try_new(self.relaxed_schema(), columns)?)
+        Ok(RecordBatch::try_new(self.nullable_schema.clone(), columns)?)
     }
 }
 

@@ -157,14 +157,7 @@ impl Operator for Materialize {
         if pending.is_empty() {
             return Ok(());
         }
-        let schema = self.view.schema.clone();
-        let relaxed = Arc::new(datafusion::arrow::datatypes::Schema::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        ));
+        let relaxed = self.view.nullable_schema.clone();
         let rows: Vec<RecordBatch> = pending
             .iter()
             .map(|b| RecordBatch::try_new(relaxed.clone(), b.rows().columns().to_vec()))

@@ -343,13 +343,8 @@ fn to_table_batch(copy: &CopyIn, strings: &[ArrayRef]) -> Result<RecordBatch> {
                 ))
             })?;
     }
-    let schema = Arc::new(Schema::new(
-        table
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect::<Vec<_>>(),
-    ));
-    Ok(RecordBatch::try_new(schema, columns)?)
+    Ok(RecordBatch::try_new(
+        table.nullable_schema.clone(),
+        columns,
+    )?)
 }

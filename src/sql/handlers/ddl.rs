@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::Constraint;
-use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, LogicalPlan};
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
@@ -32,8 +32,9 @@ pub async fn create_table(
         return Err(Error::Internal("CREATE TABLE without its statement".into()));
     };
     refuse_unsupported(parsed)?;
-    let columns = column_defs(engine, &create).await?;
-    let primary_key = primary_key(engine, &create, &columns).await?;
+    let plan = plan_create(engine, &create).await?;
+    let columns = column_defs(parsed, &plan);
+    let primary_key = primary_key(&create, &plan, &columns)?;
     let columns = columns
         .into_iter()
         .enumerate()
@@ -92,13 +93,9 @@ fn refuse_unsupported(parsed: &ast::CreateTable) -> Result<()> {
 }
 
 /// Column names and types, with the Arrow types DataFusion chooses for the SQL types.
-async fn column_defs(engine: &Arc<Engine>, create: &CreateTable) -> Result<Vec<ColumnDef>> {
-    let ast::Statement::CreateTable(parsed) = create.ast.as_ref() else {
-        return Err(Error::Internal("CREATE TABLE without its statement".into()));
-    };
-    let plan = plan_create(engine, create).await?;
+fn column_defs(parsed: &ast::CreateTable, plan: &CreateMemoryTable) -> Vec<ColumnDef> {
     let schema = plan.input.schema();
-    Ok(parsed
+    parsed
         .columns
         .iter()
         .zip(schema.fields())
@@ -109,7 +106,7 @@ async fn column_defs(engine: &Arc<Engine>, create: &CreateTable) -> Result<Vec<C
                 .unwrap_or_else(|| column.data_type.to_string().to_lowercase()),
             nullable: field.is_nullable(),
         })
-        .collect())
+        .collect()
 }
 
 /// The name PostgreSQL shows for a type (psql `\d`, `format_type`).
@@ -134,10 +131,7 @@ pub fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Optio
     })
 }
 
-async fn plan_create(
-    engine: &Arc<Engine>,
-    create: &CreateTable,
-) -> Result<datafusion::logical_expr::CreateMemoryTable> {
+async fn plan_create(engine: &Arc<Engine>, create: &CreateTable) -> Result<CreateMemoryTable> {
     let state = engine.state();
     let plan = state
         .statement_to_plan(DfStatement::Statement(create.ast.clone()))
@@ -150,12 +144,11 @@ async fn plan_create(
     }
 }
 
-async fn primary_key(
-    engine: &Arc<Engine>,
+fn primary_key(
     create: &CreateTable,
+    plan: &CreateMemoryTable,
     columns: &[ColumnDef],
 ) -> Result<Vec<usize>> {
-    let plan = plan_create(engine, create).await?;
     if !plan.column_defaults.is_empty() {
         return Err(Error::NotSupported(
             "DEFAULT values are not supported yet".into(),

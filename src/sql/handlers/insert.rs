@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{ParamValues, ScalarValue};
 use sqlparser::ast;
 
@@ -150,14 +150,10 @@ impl ValuesInsert<'_> {
                 ScalarValue::iter_to_array(column).map_err(Error::from)
             })
             .collect::<Result<_>>()?;
-        let relaxed = Schema::new(
-            schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        );
-        Ok(RecordBatch::try_new(Arc::new(relaxed), columns)?)
+        Ok(RecordBatch::try_new(
+            self.table.nullable_schema.clone(),
+            columns,
+        )?)
     }
 }
 
