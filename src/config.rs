@@ -26,6 +26,10 @@ pub struct Config {
     pub barrier_interval: Duration,
     /// Take processing time from `ADVANCE CLOCK` instead of the wall clock. Default off.
     pub manual_clock: bool,
+    /// Processing time after which a source without new records stops
+    /// holding back the watermark of operators that also read other sources.
+    /// Default 10 s.
+    pub idle_timeout: Duration,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
@@ -43,6 +47,7 @@ impl Default for Config {
             default_partitions: 1,
             barrier_interval: Duration::from_millis(100),
             manual_clock: false,
+            idle_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -56,6 +61,7 @@ pub struct Overrides {
     pub default_partitions: Option<u32>,
     pub barrier_interval_ms: Option<u64>,
     pub manual_clock: Option<bool>,
+    pub idle_timeout_ms: Option<u64>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -68,6 +74,7 @@ struct FileConfig {
     default_partitions: Option<u32>,
     barrier_interval_ms: Option<u64>,
     manual_clock: Option<bool>,
+    idle_timeout_ms: Option<u64>,
 }
 
 impl Config {
@@ -100,6 +107,11 @@ impl Config {
                 .manual_clock
                 .or(file.manual_clock)
                 .unwrap_or(defaults.manual_clock),
+            idle_timeout: overrides
+                .idle_timeout_ms
+                .or(file.idle_timeout_ms)
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.idle_timeout),
         };
         if config.default_partitions == 0 {
             return Err(Error::Config(

@@ -45,6 +45,10 @@ pub enum Error {
     #[error("{0}")]
     WrongObjectType(String),
     #[error("{0}")]
+    DatatypeMismatch(String),
+    #[error("{0}")]
+    InsufficientPrivilege(String),
+    #[error("{0}")]
     InvalidParameter(String),
     #[error("{0}")]
     PrerequisiteState(String),
@@ -129,6 +133,8 @@ impl Error {
             Error::DependentObjects { .. } => "2BP01",
             Error::NotSupported(_) => "0A000",
             Error::WrongObjectType(_) => "42809",
+            Error::DatatypeMismatch(_) => "42804",
+            Error::InsufficientPrivilege(_) => "42501",
             Error::InvalidParameter(_) => "22023",
             Error::PrerequisiteState(_) => "55000",
             Error::SerializationFailure => "40001",

@@ -47,6 +47,10 @@ struct ServeArgs {
     /// Take processing time from ADVANCE CLOCK instead of the wall clock (for tests)
     #[arg(long, env = "WEIR_MANUAL_CLOCK")]
     manual_clock: bool,
+    /// Milliseconds of processing time after which a source without new
+    /// records stops holding back watermarks of operators with other inputs [default: 10000]
+    #[arg(long, env = "WEIR_IDLE_TIMEOUT_MS", value_name = "MS")]
+    idle_timeout_ms: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<()> {
         default_partitions: args.default_partitions,
         barrier_interval_ms: args.barrier_interval_ms,
         manual_clock: args.manual_clock.then_some(true),
+        idle_timeout_ms: args.idle_timeout_ms,
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -14,7 +14,16 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
-pub use table::{ColumnDef, Table, TableDef, WatermarkDef, nullable};
+pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr};
+
+/// The system table of late rows (see `dataflow::late`).
+pub const LATE_EVENTS: &str = "late_events";
+
+/// Tables weir keeps for itself: queryable, but left out of listings and
+/// closed to writes and DROP.
+pub fn is_system(name: &str) -> bool {
+    name == LATE_EVENTS
+}
 
 /// A persisted catalog object.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -33,6 +42,38 @@ pub struct ViewDef {
     pub query: String,
     /// Ids of the tables and views the query reads.
     pub depends_on: Vec<u64>,
+    /// When the view's results change.
+    #[serde(default)]
+    pub emit: Emit,
+}
+
+/// A view's emit policy: when its results change.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "policy")]
+pub enum Emit {
+    /// Every epoch, updates as retraction and insertion.
+    #[default]
+    Changes,
+    /// One final row per window, once the watermark passes its end.
+    OnWindowClose,
+    /// At most once per interval (microseconds), partial results included.
+    Every { micros: i64 },
+}
+
+impl Emit {
+    /// The clause as SHOW CREATE and DESCRIBE print it.
+    pub fn clause(&self) -> String {
+        match self {
+            Emit::Changes => "EMIT CHANGES".into(),
+            Emit::OnWindowClose => "EMIT ON WINDOW CLOSE".into(),
+            Emit::Every { micros } if micros % 1_000_000 == 0 => {
+                format!("EMIT EVERY INTERVAL '{}' SECOND", micros / 1_000_000)
+            }
+            Emit::Every { micros } => {
+                format!("EMIT EVERY INTERVAL '{}' SECOND", *micros as f64 / 1e6)
+            }
+        }
+    }
 }
 
 impl ObjectDef {
@@ -221,6 +262,21 @@ impl Catalog {
             &sync_write(),
         )?;
         Ok(id)
+    }
+
+    /// The table called `name`, created from `make` with a fresh id if missing.
+    pub fn ensure_table(
+        &self,
+        name: &str,
+        make: impl FnOnce(u64) -> TableDef,
+    ) -> Result<Arc<Table>> {
+        if let Some(table) = self.table(name) {
+            return Ok(table);
+        }
+        match self.create(ObjectDef::Table(make(self.allocate_id()?)))? {
+            Object::Table(table) => Ok(table),
+            Object::MaterializedView(_) => Err(Error::Internal("a created table is a view".into())),
+        }
     }
 
     /// Add an object; its name must be free.

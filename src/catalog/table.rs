@@ -2,7 +2,12 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::compute::{cast, max};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
+use datafusion::common::DFSchema;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -30,6 +35,9 @@ pub struct TableDef {
     /// Rows are stored with their multiplicity (views without a unique key).
     #[serde(default)]
     pub multiset: bool,
+    /// A view whose changelog carries the watermark of what it reads.
+    #[serde(default)]
+    pub watermarked: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -53,6 +61,11 @@ impl TableDef {
     /// The log topic every write to this table goes to. Topics share the id space of objects.
     pub fn topic(&self) -> u64 {
         self.id
+    }
+
+    /// Whether event time advances in this relation's topic.
+    pub fn has_watermark(&self) -> bool {
+        self.watermark.is_some() || self.watermarked
     }
 
     pub fn is_keyed(&self) -> bool {
@@ -93,6 +106,29 @@ pub struct Table {
     /// produce them, before NOT NULL is checked.
     pub nullable_schema: SchemaRef,
     pub codec: RowCodec,
+    /// The compiled `WATERMARK FOR` expression, if the table has one.
+    watermark: Option<Arc<dyn PhysicalExpr>>,
+}
+
+/// Compile a watermark expression over a table's columns; it must yield a timestamp.
+pub fn watermark_expr(schema: &SchemaRef, text: &str) -> Result<Arc<dyn PhysicalExpr>> {
+    let ctx = SessionContext::new();
+    let df_schema = DFSchema::try_from(schema.as_ref().clone())?;
+    let expr = ctx.parse_sql_expr(text, &df_schema)?;
+    let physical = ctx.create_physical_expr(expr, &df_schema)?;
+    match physical.data_type(schema)? {
+        DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 => Ok(physical),
+        other => Err(Error::DatatypeMismatch(format!(
+            "a watermark expression must be a timestamp; {text} is {other}"
+        ))),
+    }
+}
+
+/// Event times as microseconds since the Unix epoch.
+pub fn micros(array: &ArrayRef) -> Result<Int64Array> {
+    let timestamps = cast(array, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
+    let raw = cast(&timestamps, &DataType::Int64)?;
+    Ok(raw.as_primitive::<Int64Type>().clone())
 }
 
 impl std::fmt::Debug for Table {
@@ -106,12 +142,31 @@ impl Table {
         let schema = Arc::new(def.arrow_schema()?);
         let codec = RowCodec::new(schema.clone(), &def.primary_key)?;
         let nullable_schema = nullable(&schema);
+        let watermark = match &def.watermark {
+            Some(w) => Some(watermark_expr(&schema, &w.expr)?),
+            None => None,
+        };
         Ok(Table {
             def,
             schema,
             nullable_schema,
             codec,
+            watermark,
         })
+    }
+
+    /// The watermark a write of `batches` implies: the largest value of the
+    /// watermark expression over its rows.
+    pub fn watermark_of(&self, batches: &[RecordBatch]) -> Result<Option<i64>> {
+        let Some(expr) = &self.watermark else {
+            return Ok(None);
+        };
+        let mut highest = None;
+        for batch in batches {
+            let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+            highest = highest.max(max(&micros(&values)?));
+        }
+        Ok(highest)
     }
 
     pub fn target(self: &Arc<Self>) -> Target {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::Int64Array;
 
 use crate::catalog::Table;
-use crate::dataflow::change::{Barrier, ChangeBatch};
+use crate::dataflow::change::{Barrier, ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::EpochState;
 use crate::error::Result;
@@ -55,6 +55,53 @@ pub struct Dataflow {
     pub view: u64,
     pub nodes: Vec<Node>,
     pub sources: Vec<Source>,
+    pub marks: Marks,
+}
+
+/// Event-time progress through a dataflow. An operator's watermark is the
+/// minimum of its inputs', leaving out inputs whose sources are idle (unless
+/// all are); a source's is the highest its topic has announced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Marks {
+    /// Per source: the watermark read from its topic.
+    pub sources: Vec<Option<i64>>,
+    /// Per source: no records for longer than the idle timeout.
+    pub idle: Vec<bool>,
+    /// Per node: the watermark it has forwarded.
+    pub nodes: Vec<Option<i64>>,
+}
+
+impl Marks {
+    pub fn new(sources: usize, nodes: usize) -> Marks {
+        Marks {
+            sources: vec![None; sources],
+            idle: vec![false; sources],
+            nodes: vec![None; nodes],
+        }
+    }
+
+    /// Sources' and nodes' watermarks as bytes, for the epoch's state.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for mark in self.sources.iter().chain(&self.nodes) {
+            out.extend_from_slice(&mark.unwrap_or(i64::MIN).to_le_bytes());
+        }
+        out
+    }
+
+    /// Restore what [`Marks::encode`] wrote; a different shape leaves all unset.
+    pub fn decode(&mut self, bytes: &[u8]) {
+        let values: Vec<Option<i64>> = bytes
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("chunks of eight")))
+            .map(|v| (v != i64::MIN).then_some(v))
+            .collect();
+        if values.len() == self.sources.len() + self.nodes.len() {
+            let (sources, nodes) = values.split_at(self.sources.len());
+            self.sources = sources.to_vec();
+            self.nodes = nodes.to_vec();
+        }
+    }
 }
 
 impl Dataflow {
@@ -103,6 +150,85 @@ impl Dataflow {
                 .collect();
             for (node, input) in downstream {
                 self.deliver(node, input, batch.clone(), state)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tell every operator the watermark it had reached before a restart
+    /// (operators keep their watermark in memory).
+    pub fn replay_watermarks(&mut self, state: &mut EpochState) -> Result<()> {
+        for node in 0..self.nodes.len() {
+            let Some(micros) = self.marks.nodes[node] else {
+                continue;
+            };
+            let prefix = self.node_prefix(node);
+            let mut cx = Context::new(state, &prefix);
+            self.nodes[node]
+                .operator
+                .on_watermark(Watermark { micros }, &mut cx)?;
+            let output = cx.take_output();
+            self.forward(node, output, state)?;
+        }
+        Ok(())
+    }
+
+    /// Raise source `index`'s watermark and pass the change downstream.
+    pub fn source_watermark(
+        &mut self,
+        index: usize,
+        watermark: i64,
+        state: &mut EpochState,
+    ) -> Result<()> {
+        let current = &mut self.marks.sources[index];
+        if *current >= Some(watermark) {
+            return Ok(());
+        }
+        *current = Some(watermark);
+        self.advance_watermarks(state)
+    }
+
+    /// Recompute every operator's input watermark, upstream first, and tell
+    /// the operators whose watermark rose.
+    pub fn advance_watermarks(&mut self, state: &mut EpochState) -> Result<()> {
+        let mut idle = vec![false; self.nodes.len()];
+        for node in 0..self.nodes.len() {
+            let inputs: Vec<(Option<i64>, bool)> = if self.nodes[node].inputs.is_empty() {
+                self.sources
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.node == node)
+                    .map(|(i, _)| (self.marks.sources[i], self.marks.idle[i]))
+                    .collect()
+            } else {
+                self.nodes[node]
+                    .inputs
+                    .iter()
+                    .map(|i| (self.marks.nodes[*i], idle[*i]))
+                    .collect()
+            };
+            idle[node] = !inputs.is_empty() && inputs.iter().all(|(_, idle)| *idle);
+            let active: Vec<Option<i64>> = inputs
+                .iter()
+                .filter(|(_, i)| !*i || idle[node])
+                .map(|(mark, _)| *mark)
+                .collect();
+            // A missing watermark on any active input holds the minimum back.
+            let Some(Some(low)) = active.iter().copied().min() else {
+                continue;
+            };
+            if self.marks.nodes[node] >= Some(low) {
+                continue;
+            }
+            let prefix = self.node_prefix(node);
+            let mut cx = Context::new(state, &prefix);
+            let forwarded = self.nodes[node]
+                .operator
+                .on_watermark(Watermark { micros: low }, &mut cx)?;
+            let output = cx.take_output();
+            self.forward(node, output, state)?;
+            if let Some(w) = forwarded {
+                self.marks.nodes[node] = self.marks.nodes[node].max(Some(w.micros));
             }
         }
         Ok(())

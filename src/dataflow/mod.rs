@@ -2,10 +2,12 @@
 
 pub mod change;
 pub mod graph;
+pub mod late;
 pub mod operator;
 pub mod operators;
 pub mod plan;
 pub mod runtime;
 pub mod state;
+pub mod window;
 
 pub use change::{Barrier, ChangeBatch, Message, Watermark};

@@ -2,8 +2,13 @@
 //!
 //! Supported: projection, filter, GROUP BY with count, count(DISTINCT), sum,
 //! avg, min, max, HAVING (a filter over the aggregate), DISTINCT, UNION ALL,
-//! and any DataFusion scalar expression inside them. Anything else is refused
-//! with 0A000, naming the construct.
+//! window table functions (TUMBLE, HOP, CUMULATE, SESSION) and any
+//! DataFusion scalar expression inside them. Anything else is refused with
+//! 0A000, naming the construct.
+//!
+//! An aggregate grouped by a window bound is windowed: it forgets a window
+//! once the watermark passes its end, and under `EMIT ON WINDOW CLOSE` (which
+//! the outermost aggregate takes) emits each window's row only then.
 
 use std::sync::Arc;
 
@@ -15,18 +20,29 @@ use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
-use crate::catalog::{Catalog, Table};
-use crate::dataflow::graph::{Dataflow, Node, Source};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+
+use crate::catalog::{Catalog, Emit, Table};
+use crate::dataflow::graph::{Dataflow, Marks, Node, Source};
 use crate::dataflow::operator::Operator;
-use crate::dataflow::operators::aggregate::{AggKind, AggSpec};
-use crate::dataflow::operators::{Aggregate, Filter, Materialize, Project, Union};
+use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
+use crate::dataflow::operators::{
+    Aggregate, Filter, Materialize, Project, SessionAssign, Union, WindowAssign,
+};
+use crate::dataflow::window::{WINDOW_END, WindowKind};
 use crate::error::{Error, Result};
+use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
 
 pub struct Planner<'a> {
     catalog: &'a Catalog,
     props: &'a ExecutionProps,
     nodes: Vec<Node>,
     sources: Vec<Source>,
+    /// The view's name, recorded with its late events.
+    view_name: String,
+    emit: Emit,
+    /// Whether an aggregate has taken `EMIT ON WINDOW CLOSE`.
+    on_close_taken: bool,
 }
 
 /// The shape of a view's output, decided from its plan.
@@ -35,6 +51,8 @@ pub struct ViewShape {
     pub key: Option<Vec<usize>>,
     /// Ids of the tables and views the plan reads.
     pub depends_on: Vec<u64>,
+    /// Some input has event time, so the view's changelog carries watermarks.
+    pub watermarked: bool,
 }
 
 impl<'a> Planner<'a> {
@@ -44,20 +62,30 @@ impl<'a> Planner<'a> {
             props,
             nodes: Vec::new(),
             sources: Vec::new(),
+            view_name: String::new(),
+            emit: Emit::Changes,
+            on_close_taken: false,
         }
     }
 
+    /// Plan with the view's emit policy.
+    pub fn with_emit(mut self, emit: Emit) -> Planner<'a> {
+        self.emit = emit;
+        self
+    }
+
     /// Check a plan and decide its shape, without building operators' state.
-    pub fn shape(catalog: &Catalog, plan: &LogicalPlan) -> Result<ViewShape> {
+    pub fn shape(catalog: &Catalog, plan: &LogicalPlan, emit: Emit) -> Result<ViewShape> {
         let props = ExecutionProps::new();
-        let mut planner = Planner::new(catalog, &props);
-        planner.node(plan)?;
+        let mut planner = Planner::new(catalog, &props).with_emit(emit);
+        planner.root(plan)?;
         let mut depends_on: Vec<u64> = planner.sources.iter().map(|s| s.table.def.id).collect();
         depends_on.sort_unstable();
         depends_on.dedup();
         Ok(ViewShape {
             key: unique_key(plan),
             depends_on,
+            watermarked: planner.sources.iter().any(|s| s.table.def.has_watermark()),
         })
     }
 
@@ -68,14 +96,30 @@ impl<'a> Planner<'a> {
         plan: &LogicalPlan,
         changelog_end: u64,
     ) -> Result<Dataflow> {
-        let root = self.node(plan)?;
-        let sink = Materialize::new(view.clone(), changelog_end);
+        self.view_name = view.def.name.clone();
+        let root = self.root(plan)?;
+        let every = match self.emit {
+            Emit::Every { micros } => Some(micros),
+            Emit::Changes | Emit::OnWindowClose => None,
+        };
+        let sink = Materialize::new(view.clone(), changelog_end, every);
         self.push(Box::new(sink), vec![root]);
         Ok(Dataflow {
             view: view.def.id,
+            marks: Marks::new(self.sources.len(), self.nodes.len()),
             nodes: self.nodes,
             sources: self.sources,
         })
+    }
+
+    fn root(&mut self, plan: &LogicalPlan) -> Result<usize> {
+        let root = self.node(plan)?;
+        if self.emit == Emit::OnWindowClose && !self.on_close_taken {
+            return Err(Error::NotSupported(
+                "EMIT ON WINDOW CLOSE needs a GROUP BY on window_start or window_end of a window function (TUMBLE, HOP, CUMULATE, SESSION)".into(),
+            ));
+        }
+        Ok(root)
     }
 
     fn push(&mut self, operator: Box<dyn Operator>, inputs: Vec<usize>) -> usize {
@@ -112,6 +156,7 @@ impl<'a> Planner<'a> {
                 Ok(self.push(Box::new(Filter::new(predicate)), vec![input]))
             }
             LogicalPlan::Aggregate(a) => {
+                let window = self.window_close(a)?;
                 let input = self.node(&a.input)?;
                 let schema = a.input.schema();
                 let groups = a
@@ -130,7 +175,10 @@ impl<'a> Planner<'a> {
                     .iter()
                     .map(|e| self.aggregate(e, schema, append_only))
                     .collect::<Result<Vec<_>>>()?;
-                let op = Aggregate::new(groups, group_types, aggs, arrow_schema(plan))?;
+                let mut op = Aggregate::new(groups, group_types, aggs, arrow_schema(plan))?;
+                if let Some((close, on_close)) = window {
+                    op = op.with_window(close, on_close);
+                }
                 Ok(self.push(Box::new(op), vec![input]))
             }
             LogicalPlan::Distinct(Distinct::All(input)) => {
@@ -163,7 +211,111 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// How an aggregate's groups close, if it groups by a window bound, and
+    /// whether it takes `EMIT ON WINDOW CLOSE`.
+    fn window_close(
+        &mut self,
+        a: &datafusion::logical_expr::Aggregate,
+    ) -> Result<Option<(WindowClose, bool)>> {
+        let mut end = None;
+        let mut start = None;
+        let mut relation = None;
+        for (i, expr) in a.group_expr.iter().enumerate() {
+            let Expr::Column(c) = expr else { continue };
+            let Some((table, index)) = trace_column(&a.input, c) else {
+                continue;
+            };
+            match bound_of(&table, index) {
+                Some(WINDOW_END) => {
+                    end = end.or(Some(WindowClose {
+                        column: i,
+                        offset: 0,
+                    }))
+                }
+                Some(_) => {
+                    if let Some(longest) = table.spec.kind.longest() {
+                        start = start.or(Some(WindowClose {
+                            column: i,
+                            offset: longest,
+                        }));
+                    }
+                }
+                None => continue,
+            }
+            relation = Some(table.relation.clone());
+        }
+        let close = end.or(start);
+        let on_close = self.emit == Emit::OnWindowClose && !self.on_close_taken;
+        if !on_close {
+            return Ok(close.map(|c| (c, false)));
+        }
+        self.on_close_taken = true;
+        let (Some(close), Some(relation)) = (close, relation) else {
+            return Err(Error::NotSupported(
+                "EMIT ON WINDOW CLOSE needs a GROUP BY on window_end (or window_start, except for SESSION) of a window function".into(),
+            ));
+        };
+        if !relation.def.has_watermark() {
+            return Err(Error::NotSupported(format!(
+                "EMIT ON WINDOW CLOSE needs event time: \"{}\" has no watermark; declare one with WATERMARK FOR column AS column - INTERVAL '...'",
+                relation.def.name
+            )));
+        }
+        Ok(Some((close, true)))
+    }
+
+    /// A window table function: its relation's changes go through the
+    /// window operator, then the scan's projection.
+    fn window_scan(
+        &mut self,
+        scan: &datafusion::logical_expr::TableScan,
+        window: WindowTable,
+    ) -> Result<usize> {
+        let table = window.relation.clone();
+        let schema = window.schema();
+        let assign: Box<dyn Operator> = match window.spec.kind {
+            WindowKind::Session { gap } => {
+                if !table.def.append_only || table.def.is_view {
+                    return Err(Error::NotSupported(format!(
+                        "SESSION windows need an append-only input; \"{}\" can change its rows",
+                        table.def.name
+                    )));
+                }
+                Box::new(SessionAssign::new(
+                    &table.schema,
+                    window.spec.time_column,
+                    gap,
+                    window.session_keys.clone(),
+                    schema.clone(),
+                    self.view_name.clone(),
+                )?)
+            }
+            _ => Box::new(WindowAssign::new(
+                window.spec.clone(),
+                schema.clone(),
+                self.view_name.clone(),
+            )),
+        };
+        let node = self.push(assign, Vec::new());
+        self.sources.push(Source { table, node });
+        let columns: Vec<usize> = match &scan.projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        let exprs = columns
+            .iter()
+            .map(|i| {
+                Arc::new(PhysicalColumn::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        let project = Project::new(exprs, Arc::new(scan.projected_schema.as_arrow().clone()));
+        Ok(self.push(Box::new(project), vec![node]))
+    }
+
     fn scan(&mut self, scan: &datafusion::logical_expr::TableScan) -> Result<usize> {
+        if let Some(window) = window_of(scan) {
+            return self.window_scan(scan, window);
+        }
         let name = scan.table_name.table();
         let table = self.catalog.relation(name).ok_or_else(|| {
             Error::NotSupported(format!("a materialized view cannot read \"{name}\""))
@@ -190,6 +342,12 @@ impl<'a> Planner<'a> {
     /// through filters, projections and unions.
     fn is_append_only(&self, plan: &LogicalPlan) -> bool {
         match plan {
+            LogicalPlan::TableScan(scan) if window_of(scan).is_some() => window_of(scan)
+                .is_some_and(|w| {
+                    !matches!(w.spec.kind, WindowKind::Session { .. })
+                        && w.relation.def.append_only
+                        && !w.relation.def.is_view
+                }),
             LogicalPlan::TableScan(scan) => self
                 .catalog
                 .relation(scan.table_name.table())

@@ -8,6 +8,13 @@
 //! rows, changelog records and the new source offsets of one epoch commit in
 //! one RocksDB write batch: any snapshot sees every view at the same epoch.
 //! Epochs start every `barrier_interval`, or at once when FLUSH asks.
+//!
+//! Watermarks travel in the log: a table's write ends with a chunk that
+//! carries the table's watermark after the write, so a view sees the rows of
+//! a write before the watermark they raise. A source with no records for
+//! `idle_timeout` of processing time stops holding back operators that read
+//! other sources too. Late rows that operators refuse are appended to the
+//! `late_events` table's log in the epoch's write.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,12 +30,25 @@ use crate::dataflow::state::EpochState;
 use crate::error::{Error, Result};
 use crate::log::embedded::read_partition;
 use crate::state::writer::log_end;
-use crate::state::{CF_STATE, ReadView, cf};
+use crate::state::{CF_STATE, ReadView, cf, keys};
 
 /// Most records one source partition contributes to one epoch.
 pub const EPOCH_ROWS: u64 = 65_536;
 
 const EPOCH_KEY: &[u8] = b"\xffepoch";
+
+/// Processing time in microseconds since the Unix epoch.
+pub type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// How the runtime runs.
+#[derive(Clone)]
+pub struct Settings {
+    pub barrier_interval: Duration,
+    pub idle_timeout: Duration,
+    pub now: Now,
+    /// Where late rows are recorded.
+    pub late_events: Option<Arc<crate::catalog::Table>>,
+}
 
 enum Command {
     Add(Box<Dataflow>, oneshot::Sender<Result<()>>),
@@ -49,6 +69,10 @@ struct Running {
     dataflow: Dataflow,
     /// Next offset per (source index, partition).
     offsets: HashMap<(usize, u32), u64>,
+    /// Per source: processing time of the last epoch that read records.
+    last_active: Vec<i64>,
+    /// Operators have been told the watermarks restored from state.
+    replayed: bool,
     failed: Option<String>,
 }
 
@@ -60,14 +84,15 @@ struct Waiter {
 }
 
 impl Runtime {
-    pub fn start(db: Arc<DB>, interval: Duration) -> Result<Runtime> {
+    pub fn start(db: Arc<DB>, settings: Settings) -> Result<Runtime> {
         let (tx, rx) = channel();
         let progress = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let shared = progress.clone();
         let db = Arc::downgrade(&db);
+        let interval = settings.barrier_interval;
         std::thread::Builder::new()
             .name("weir-dataflow".into())
-            .spawn(move || Worker::new(db, shared).run(rx, interval))?;
+            .spawn(move || Worker::new(db, shared, settings).run(rx, interval))?;
         Ok(Runtime { tx, progress })
     }
 
@@ -117,16 +142,22 @@ struct Worker {
     waiters: Vec<Waiter>,
     epoch: u64,
     progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
+    settings: Settings,
 }
 
 impl Worker {
-    fn new(db: std::sync::Weak<DB>, progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>) -> Worker {
+    fn new(
+        db: std::sync::Weak<DB>,
+        progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
+        settings: Settings,
+    ) -> Worker {
         Worker {
             db,
             running: Vec::new(),
             waiters: Vec::new(),
             epoch: 0,
             progress,
+            settings,
         }
     }
 
@@ -202,8 +233,13 @@ impl Worker {
         }
     }
 
-    fn add(&mut self, dataflow: Dataflow) -> Result<()> {
+    fn add(&mut self, mut dataflow: Dataflow) -> Result<()> {
         let db = self.db.upgrade().ok_or(Error::ShuttingDown)?;
+        if let Some(bytes) = db.get_cf(cf(&db, CF_STATE), marks_key(&dataflow))? {
+            dataflow.marks.decode(&bytes);
+        }
+        let now = (self.settings.now)();
+        let last_active = vec![now; dataflow.sources.len()];
         if self.epoch == 0 {
             self.epoch = read_u64(&db, EPOCH_KEY)?.unwrap_or(0);
         }
@@ -217,6 +253,8 @@ impl Worker {
         self.running.push(Running {
             dataflow,
             offsets,
+            last_active,
+            replayed: false,
             failed: None,
         });
         Ok(())
@@ -249,19 +287,24 @@ impl Worker {
         };
         let mut batch = WriteBatch::default();
         let mut changed = false;
+        let now = (self.settings.now)();
+        let idle_timeout = self.settings.idle_timeout.as_micros() as i64;
+        let mut late = Vec::new();
         for running in &mut self.running {
             if running.failed.is_some() {
                 continue;
             }
             let mut state = EpochState::new(db.clone());
+            state.now = now;
             // A bug in one operator must not take every view, or the server, down.
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                step(running, &view, barrier, &mut state)
+                step(running, &view, barrier, idle_timeout, &mut state)
             }))
             .unwrap_or_else(|panic| Err(Error::Internal(panic_message(&panic))));
             match outcome {
                 Ok(read) => {
                     changed |= read > 0 || !state.is_empty();
+                    late.append(&mut state.late);
                     state.drain_into(&mut batch);
                 }
                 Err(e) => {
@@ -272,6 +315,9 @@ impl Worker {
         }
         if !changed {
             return Ok(());
+        }
+        if let Some(table) = &self.settings.late_events {
+            record_late(db, table, &late, now, &mut batch)?;
         }
         batch.put_cf(cf(db, CF_STATE), EPOCH_KEY, barrier.epoch.to_be_bytes());
         // Views are derived from the log, which is already durable: after a
@@ -360,45 +406,121 @@ fn step(
     running: &mut Running,
     view: &ReadView,
     barrier: Barrier,
+    idle_timeout: i64,
     state: &mut EpochState,
 ) -> Result<u64> {
+    if !running.replayed {
+        running.dataflow.replay_watermarks(state)?;
+        running.replayed = true;
+    }
     let mut total = 0;
     let mut next_offsets = running.offsets.clone();
+    let marks_before = running.dataflow.marks.clone();
     for index in 0..running.dataflow.sources.len() {
-        let (topic, partitions, node) = {
-            let source = &running.dataflow.sources[index];
-            (source.topic(), source.partitions(), source.node)
-        };
-        for partition in 0..partitions {
-            let from = next_offsets.get(&(index, partition)).copied().unwrap_or(0);
-            let mut batches = Vec::new();
-            let mut read = 0;
-            read_partition(view, topic, partition, from, |_, chunk| {
-                let take = (EPOCH_ROWS - read).min(chunk.entries.len() as u64) as usize;
-                let chunk = crate::log::Chunk {
-                    entries: chunk.entries.into_iter().take(take).collect(),
-                };
-                batches.push(running.dataflow.sources[index].decode(&chunk)?);
-                read += take as u64;
-                Ok(read < EPOCH_ROWS)
-            })?;
-            for batch in batches {
-                running.dataflow.deliver(node, 0, batch, state)?;
-            }
-            if read > 0 {
-                let next = from + read;
-                next_offsets.insert((index, partition), next);
-                state.put(
-                    offset_key(&running.dataflow, index, partition),
-                    next.to_be_bytes().to_vec(),
-                );
-                total += read;
-            }
+        let read = read_source(running, index, view, &mut next_offsets, state)?;
+        if read > 0 {
+            running.last_active[index] = state.now;
         }
+        running.dataflow.marks.idle[index] =
+            state.now.saturating_sub(running.last_active[index]) >= idle_timeout;
+        total += read;
     }
+    running.dataflow.advance_watermarks(state)?;
     running.dataflow.barrier(barrier, state)?;
     running.offsets = next_offsets;
+    let marks = &running.dataflow.marks;
+    if marks.sources != marks_before.sources || marks.nodes != marks_before.nodes {
+        state.put(marks_key(&running.dataflow), marks.encode());
+    }
     Ok(total)
+}
+
+/// Push what one source's topic gained into its dataflow, with the
+/// watermarks its chunks carry; returns how many records it read.
+fn read_source(
+    running: &mut Running,
+    index: usize,
+    view: &ReadView,
+    next_offsets: &mut HashMap<(usize, u32), u64>,
+    state: &mut EpochState,
+) -> Result<u64> {
+    let (topic, partitions, node) = {
+        let source = &running.dataflow.sources[index];
+        (source.topic(), source.partitions(), source.node)
+    };
+    // With one partition, each write's watermark applies right after its
+    // rows; with several, after the epoch's reads of all of them, so that no
+    // row is judged against a watermark its own write had not yet raised.
+    let exact = partitions == 1;
+    let mut highest = None;
+    let mut total = 0;
+    for partition in 0..partitions {
+        let from = next_offsets.get(&(index, partition)).copied().unwrap_or(0);
+        let mut batches = Vec::new();
+        let mut read = 0;
+        read_partition(view, topic, partition, from, |_, chunk| {
+            let take = (EPOCH_ROWS - read).min(chunk.entries.len() as u64) as usize;
+            // A watermark holds only once its whole chunk has been read.
+            let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
+            let chunk = crate::log::Chunk {
+                entries: chunk.entries.into_iter().take(take).collect(),
+                watermark,
+            };
+            batches.push((running.dataflow.sources[index].decode(&chunk)?, watermark));
+            read += take as u64;
+            Ok(read < EPOCH_ROWS)
+        })?;
+        for (batch, watermark) in batches {
+            if !batch.is_empty() {
+                running.dataflow.deliver(node, 0, batch, state)?;
+            }
+            match watermark {
+                Some(w) if exact => running.dataflow.source_watermark(index, w, state)?,
+                other => highest = highest.max(other),
+            }
+        }
+        if read > 0 {
+            let next = from + read;
+            next_offsets.insert((index, partition), next);
+            state.put(
+                offset_key(&running.dataflow, index, partition),
+                next.to_be_bytes().to_vec(),
+            );
+            total += read;
+        }
+    }
+    if let Some(w) = highest {
+        running.dataflow.source_watermark(index, w, state)?;
+    }
+    Ok(total)
+}
+
+/// Append the epoch's late rows to the `late_events` table's log.
+fn record_late(
+    db: &DB,
+    table: &crate::catalog::Table,
+    late: &[crate::dataflow::state::LateEvent],
+    now: i64,
+    batch: &mut WriteBatch,
+) -> Result<()> {
+    if late.is_empty() {
+        return Ok(());
+    }
+    let rows = crate::dataflow::late::batch(table, late, now)?;
+    let encoded = table.codec.encode_rows(&rows)?;
+    let topic = table.def.topic();
+    let mut next = log_end(db, topic, 0)?;
+    let records: Vec<&[u8]> = encoded.iter().map(|r| r.data()).collect();
+    for chunk in records.chunks(crate::log::embedded::CHUNK_ROWS) {
+        let bytes = crate::log::embedded::encode_chunk(chunk.iter().map(|r| (1, *r)), None);
+        batch.put_cf(
+            cf(db, crate::state::CF_LOG),
+            keys::log_key(topic, 0, next),
+            bytes,
+        );
+        next += chunk.len() as u64;
+    }
+    Ok(())
 }
 
 fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
@@ -415,6 +537,12 @@ fn offset_key(dataflow: &Dataflow, source: usize, partition: u32) -> Vec<u8> {
     key.extend_from_slice(b"\xffsrc");
     key.extend_from_slice(&(source as u32).to_be_bytes());
     key.extend_from_slice(&partition.to_be_bytes());
+    key
+}
+
+fn marks_key(dataflow: &Dataflow) -> Vec<u8> {
+    let mut key = dataflow.view.to_be_bytes().to_vec();
+    key.extend_from_slice(b"\xffwm");
     key
 }
 

@@ -10,8 +10,23 @@ use rocksdb::{DB, WriteBatch};
 use crate::error::Result;
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf};
 
+/// A row a window operator refused because its window was already final.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LateEvent {
+    /// The view whose window the row came too late for.
+    pub object: String,
+    pub event_time: i64,
+    pub watermark: i64,
+    /// The row, as a JSON object.
+    pub row: String,
+}
+
 pub struct EpochState {
     db: Arc<DB>,
+    /// Processing time of the epoch, microseconds since the Unix epoch.
+    pub now: i64,
+    /// Late rows seen during the epoch, recorded with it.
+    pub late: Vec<LateEvent>,
     /// Pending writes of this epoch to the state family: `None` deletes.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Pending writes to view contents in the rows family.
@@ -24,6 +39,8 @@ impl EpochState {
     pub fn new(db: Arc<DB>) -> EpochState {
         EpochState {
             db,
+            now: 0,
+            late: Vec::new(),
             writes: BTreeMap::new(),
             rows: BTreeMap::new(),
             log: Vec::new(),
@@ -32,7 +49,10 @@ impl EpochState {
 
     /// Whether the epoch changed anything.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty() && self.rows.is_empty() && self.log.is_empty()
+        self.writes.is_empty()
+            && self.rows.is_empty()
+            && self.log.is_empty()
+            && self.late.is_empty()
     }
 
     pub fn get_row(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -132,6 +152,30 @@ impl EpochState {
                 return Ok(Some((key, value)));
             }
         }
+    }
+
+    /// Every live entry with a key in `[lower, upper)`, in key order.
+    pub fn scan(&self, lower: &[u8], upper: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut options = rocksdb::ReadOptions::default();
+        options.set_iterate_range(lower.to_vec()..upper.to_vec());
+        let mut iter = self.db.raw_iterator_cf_opt(cf(&self.db, CF_STATE), options);
+        iter.seek(lower);
+        let mut merged = BTreeMap::new();
+        while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+            merged.insert(key.to_vec(), value.to_vec());
+            iter.next();
+        }
+        iter.status()?;
+        let pending = self
+            .writes
+            .range::<[u8], _>((Bound::Included(lower), Bound::Excluded(upper)));
+        for (key, value) in pending {
+            match value {
+                Some(v) => merged.insert(key.clone(), v.clone()),
+                None => merged.remove(key),
+            };
+        }
+        Ok(merged.into_iter().collect())
     }
 
     /// Move every pending write into `batch`.

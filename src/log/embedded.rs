@@ -1,7 +1,14 @@
 //! The embedded log, stored in the `log` column family of the node's RocksDB.
 //!
 //! Chunk layout: `u32 count`, then per record `i64 diff`, `u32 len`, `len` bytes
-//! of an encoded row (see [`crate::state::rows`]). All integers little-endian.
+//! of an encoded row (see [`crate::state::rows`]), then optionally the byte
+//! `1` and an `i64` watermark (microseconds): the event-time watermark of the
+//! topic once every record up to the chunk's end has been read. All integers
+//! little-endian.
+//!
+//! A chunk may hold no records and only a watermark; it sits at the offset
+//! the next records will take, and a later chunk at that offset (which always
+//! carries a watermark at least as high) replaces it.
 
 use crate::error::{Error, Result};
 use crate::state::{CF_LOG, ReadView, keys};
@@ -20,9 +27,16 @@ pub struct ChunkEntry<'a> {
 #[derive(Debug)]
 pub struct Chunk<'a> {
     pub entries: Vec<ChunkEntry<'a>>,
+    /// The watermark once this chunk has been read, if the topic has one.
+    pub watermark: Option<i64>,
 }
 
-pub fn encode_chunk<'a>(entries: impl IntoIterator<Item = (i64, &'a [u8])>) -> Vec<u8> {
+const WATERMARK_TAG: u8 = 1;
+
+pub fn encode_chunk<'a>(
+    entries: impl IntoIterator<Item = (i64, &'a [u8])>,
+    watermark: Option<i64>,
+) -> Vec<u8> {
     let mut out = vec![0u8; 4];
     let mut count: u32 = 0;
     for (diff, row) in entries {
@@ -32,6 +46,10 @@ pub fn encode_chunk<'a>(entries: impl IntoIterator<Item = (i64, &'a [u8])>) -> V
         count += 1;
     }
     out[..4].copy_from_slice(&count.to_le_bytes());
+    if let Some(watermark) = watermark {
+        out.push(WATERMARK_TAG);
+        out.extend_from_slice(&watermark.to_le_bytes());
+    }
     out
 }
 
@@ -56,7 +74,11 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk<'_>> {
         entries.push(ChunkEntry { diff, row });
         at = start + len;
     }
-    Ok(Chunk { entries })
+    let watermark = match bytes.get(at) {
+        Some(&WATERMARK_TAG) => Some(i64::from_le_bytes(take::<8>(bytes, at + 1)?)),
+        _ => None,
+    };
+    Ok(Chunk { entries, watermark })
 }
 
 fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N]> {
@@ -89,12 +111,19 @@ pub fn read_partition(
         let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
         let chunk = decode_chunk(value)?;
         let end = base + chunk.entries.len() as u64;
-        if end <= from {
+        // An empty chunk at `from` still carries a watermark worth reading.
+        if end < from || (end == from && !(chunk.entries.is_empty() && base == from)) {
             return Ok(true);
         }
         let skip = from.saturating_sub(base) as usize;
         let entries = chunk.entries.into_iter().skip(skip).collect();
-        visit(base + skip as u64, Chunk { entries })
+        visit(
+            base + skip as u64,
+            Chunk {
+                entries,
+                watermark: chunk.watermark,
+            },
+        )
     })
 }
 
@@ -105,16 +134,19 @@ mod tests {
     #[test]
     fn chunks_round_trip() {
         let rows: Vec<&[u8]> = vec![b"one", b"", b"three"];
-        let encoded = encode_chunk(rows.iter().zip([1, -1, 1]).map(|(r, d)| (d, *r)));
+        let encoded = encode_chunk(rows.iter().zip([1, -1, 1]).map(|(r, d)| (d, *r)), None);
         let chunk = decode_chunk(&encoded).expect("decode");
         assert_eq!(chunk.entries.len(), 3);
+        assert_eq!(chunk.watermark, None);
+        let marked = encode_chunk([(1, &b"x"[..])], Some(-7));
+        assert_eq!(decode_chunk(&marked).expect("decode").watermark, Some(-7));
         assert_eq!(chunk.entries[1], ChunkEntry { diff: -1, row: b"" });
         assert_eq!(chunk.entries[2].row, b"three");
     }
 
     #[test]
     fn truncated_chunks_are_errors_not_panics() {
-        let encoded = encode_chunk([(1, &b"abc"[..])]);
+        let encoded = encode_chunk([(1, &b"abc"[..])], None);
         assert!(decode_chunk(&encoded[..encoded.len() - 1]).is_err());
         assert!(decode_chunk(&[1]).is_err());
     }

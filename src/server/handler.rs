@@ -192,6 +192,7 @@ fn to_response(
             let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, Some(options))?);
             let rows: Vec<_> = batches
                 .into_iter()
+                .map(|batch| super::text::timestamps_as_postgres(batch, &fields))
                 .flat_map(|batch| encode_recordbatch(fields.clone(), batch))
                 .collect();
             let mut response = QueryResponse::new(fields, stream::iter(rows));

@@ -2,6 +2,7 @@
 
 mod handler;
 pub mod http;
+mod text;
 
 use std::future::Future;
 use std::sync::Arc;

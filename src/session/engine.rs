@@ -12,7 +12,8 @@ use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 use super::Clock;
 use crate::catalog::Catalog;
 use crate::config::Config;
-use crate::dataflow::runtime::Runtime;
+use crate::dataflow::late;
+use crate::dataflow::runtime::{Runtime, Settings};
 use crate::error::{Error, Result};
 use crate::sql::provider::WeirSchema;
 use crate::state::Store;
@@ -27,7 +28,7 @@ pub struct Engine {
     pub catalog: Arc<Catalog>,
     pub writer: Writer,
     ctx: SessionContext,
-    pub clock: Clock,
+    pub clock: Arc<Clock>,
     pub runtime: Runtime,
     pub metrics: Metrics,
 }
@@ -53,8 +54,16 @@ impl Engine {
         let catalog = Arc::new(Catalog::load(&store)?);
         let writer = Writer::start(store.db().clone())?;
         let ctx = session_context(&catalog, &store, &writer)?;
-        let clock = Clock::new(config.manual_clock);
-        let runtime = Runtime::start(store.db().clone(), config.barrier_interval)?;
+        let clock = Arc::new(Clock::new(config.manual_clock));
+        let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
+        let now_clock = clock.clone();
+        let settings = Settings {
+            barrier_interval: config.barrier_interval,
+            idle_timeout: config.idle_timeout,
+            now: Arc::new(move || now_clock.now().timestamp_micros()),
+            late_events: Some(late_events),
+        };
+        let runtime = Runtime::start(store.db().clone(), settings)?;
         Ok(Arc::new(Engine {
             clock,
             runtime,
@@ -115,6 +124,15 @@ fn session_context(
         .register_schema("public", Arc::new(schema))
         .map_err(Error::from)?;
     ctx.register_catalog(DATABASE, Arc::new(databases));
+    for name in crate::sql::window::FUNCTIONS {
+        let function = crate::sql::window::WindowFunction::new(
+            name,
+            catalog.clone(),
+            store.clone(),
+            writer.clone(),
+        );
+        ctx.register_udtf(name, Arc::new(function));
+    }
     setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider).map_err(|e| Error::from(*e))?;
     Ok(ctx)
 }

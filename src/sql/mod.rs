@@ -4,4 +4,5 @@ pub mod handlers;
 pub mod keyaccess;
 pub mod parser;
 pub mod provider;
+pub mod window;
 pub mod write;

@@ -23,6 +23,8 @@ pub enum Statement {
         name: String,
     },
     ShowVariable(String),
+    /// `SHOW LATE EVENTS`: late rows counted per object.
+    ShowLateEvents,
     Describe(String),
     Flush,
     Copy(Box<ast::Statement>),
@@ -62,8 +64,22 @@ pub struct CreateView {
     pub name: String,
     pub if_not_exists: bool,
     pub query: Box<ast::Query>,
+    /// The `EMIT` clause ending the query, if any.
+    pub emit: EmitClause,
     /// The statement as the user wrote it.
     pub text: String,
+}
+
+/// When a view's results change, as written.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum EmitClause {
+    /// `EMIT CHANGES` or `EMIT ON UPDATE`, and the default.
+    #[default]
+    Changes,
+    /// `EMIT ON WINDOW CLOSE` or `EMIT FINAL`.
+    OnWindowClose,
+    /// `EMIT EVERY <interval>`.
+    Every(Box<ast::Expr>),
 }
 
 #[derive(Debug, Clone)]
@@ -185,6 +201,8 @@ pub fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
 }
 
 fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    let rewritten = rewrite_windows(tokens.to_vec());
+    let tokens = rewritten.as_slice();
     // The compatibility parser rewrites the catalog queries psql and GUI clients send.
     let text = text_of(tokens);
     let mut statements = compat().parse(&text).map_err(|e| {
@@ -212,9 +230,7 @@ fn show(rest: &[&str], tokens: &[TokenWithSpan]) -> Statement {
         ["VIEWS", ..] => Statement::Show(ObjectKind::View),
         ["SINKS", ..] => Statement::Show(ObjectKind::Sink),
         ["MATERIALIZED", "VIEWS", ..] => Statement::Show(ObjectKind::MaterializedView),
-        ["LATE", "EVENTS", ..] => {
-            Statement::Unsupported("SHOW LATE EVENTS is not supported yet".into())
-        }
+        ["LATE", "EVENTS", ..] => Statement::ShowLateEvents,
         _ => {
             let name = tokens
                 .iter()
@@ -376,16 +392,15 @@ fn set(tokens: &[TokenWithSpan]) -> Result<Statement> {
     Ok(Statement::Set { name, value })
 }
 
-/// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query`, after `skip` words.
+/// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query [EMIT ...]`, after `skip` words.
 fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     let text = text_of(tokens);
-    if let Some(emit) = tokens.iter().position(|t| is_word(&t.token, "EMIT")) {
-        let clause = text_of(&tokens[emit..]);
-        return Err(Error::NotSupported(format!(
-            "{clause} is not supported yet"
-        )));
-    }
-    let mut parser = parser_after(tokens, skip);
+    let tokens = rewrite_windows(tokens.to_vec());
+    let (body, emit) = match top_level_word(&tokens, "EMIT") {
+        Some(at) => (&tokens[..at], emit_clause(&tokens[at..])?),
+        None => (&tokens[..], EmitClause::Changes),
+    };
+    let mut parser = parser_after(body, skip);
     use sqlparser::keywords::Keyword;
     let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = object_name(&parser.parse_object_name(false)?)?;
@@ -396,8 +411,172 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
         name,
         if_not_exists,
         query,
+        emit,
         text,
     })
+}
+
+/// The position of `word` outside any parentheses.
+fn top_level_word(tokens: &[TokenWithSpan], word: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, t) in tokens.iter().enumerate() {
+        match &t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            token if depth == 0 && is_word(token, word) => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `EMIT CHANGES | ON UPDATE | ON WINDOW CLOSE | FINAL | EVERY <interval>`.
+fn emit_clause(tokens: &[TokenWithSpan]) -> Result<EmitClause> {
+    let words = leading_words(tokens, 5);
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    match w.as_slice() {
+        ["EMIT", "CHANGES"] | ["EMIT", "ON", "UPDATE"] => Ok(EmitClause::Changes),
+        ["EMIT", "ON", "WINDOW", "CLOSE"] | ["EMIT", "FINAL"] => Ok(EmitClause::OnWindowClose),
+        ["EMIT", "EVERY", ..] => {
+            let mut parser = parser_after(tokens, 2);
+            let interval = parser.parse_expr()?;
+            expect_end(&parser)?;
+            Ok(EmitClause::Every(Box::new(interval)))
+        }
+        _ => Err(Error::Syntax(format!(
+            "syntax error in \"{}\": expected EMIT CHANGES, EMIT ON UPDATE, EMIT ON WINDOW CLOSE, EMIT FINAL or EMIT EVERY INTERVAL '...'",
+            text_of(tokens)
+        ))),
+    }
+}
+
+/// Window table functions as DataFusion's table-function calls take them:
+/// `TUMBLE(bids, date_time, ...)` and Flink's
+/// `TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), ...))` both become
+/// `TUMBLE('bids', 'date_time', ...)`, names passed as strings.
+pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let tokens = unwrap_flink_windows(tokens);
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !is_space(&tokens[*i].token))
+        .collect();
+    let mut out = tokens.clone();
+    for (n, &at) in solid.iter().enumerate() {
+        let is_call = is_window_function(&tokens[at].token)
+            && solid
+                .get(n + 1)
+                .is_some_and(|i| tokens[*i].token == Token::LParen);
+        let after_from = n > 0
+            && matches!(&tokens[solid[n - 1]].token,
+                t if is_word(t, "FROM") || is_word(t, "JOIN") || *t == Token::Comma);
+        if !(is_call && after_from) {
+            continue;
+        }
+        // DataFusion looks table functions up by the name exactly as written.
+        if let Token::Word(w) = &mut out[at].token {
+            w.value = w.value.to_lowercase();
+        }
+        // The relation and the time column: the first two arguments.
+        for offset in [2, 4] {
+            let Some(&arg) = solid.get(n + offset) else {
+                break;
+            };
+            let expected_comma = solid.get(n + offset + 1).map(|i| &tokens[*i].token);
+            if let (Token::Word(w), Some(Token::Comma)) = (&tokens[arg].token, expected_comma) {
+                let name = if w.quote_style.is_some() {
+                    w.value.clone()
+                } else {
+                    w.value.to_lowercase()
+                };
+                out[arg].token = Token::SingleQuotedString(name);
+            }
+        }
+    }
+    out
+}
+
+fn is_window_function(token: &Token) -> bool {
+    ["TUMBLE", "HOP", "SESSION", "CUMULATE"]
+        .iter()
+        .any(|f| is_word(token, f))
+}
+
+/// `TABLE(W(TABLE t, DESCRIPTOR(c), ...))` -> `W(t, c, ...)`.
+fn unwrap_flink_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let flink = tokens
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .collect::<Vec<_>>()
+        .windows(3)
+        .any(|w| {
+            is_word(&w[0].token, "TABLE")
+                && w[1].token == Token::LParen
+                && is_window_function(&w[2].token)
+        });
+    if !flink {
+        return tokens;
+    }
+    let mut solid: Vec<TokenWithSpan> =
+        tokens.into_iter().filter(|t| !is_space(&t.token)).collect();
+    let mut i = 0;
+    while i + 3 < solid.len() {
+        let wrapped = is_word(&solid[i].token, "TABLE")
+            && solid[i + 1].token == Token::LParen
+            && is_window_function(&solid[i + 2].token)
+            && solid[i + 3].token == Token::LParen;
+        if !wrapped {
+            i += 1;
+            continue;
+        }
+        // Find the parenthesis that closes `TABLE(`.
+        let mut depth = 0;
+        let mut close = None;
+        for (j, t) in solid.iter().enumerate().skip(i + 1) {
+            match t.token {
+                Token::LParen => depth += 1,
+                Token::RParen => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(j);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(close) = close else { break };
+        solid.remove(close);
+        solid.drain(i..i + 2);
+        // Inside: `TABLE t` -> `t`, `DESCRIPTOR(c)` -> `c`.
+        let mut j = i;
+        let end = close - 2;
+        while j < end.min(solid.len()) {
+            if is_word(&solid[j].token, "TABLE") {
+                solid.remove(j);
+                continue;
+            }
+            if is_word(&solid[j].token, "DESCRIPTOR")
+                && solid.get(j + 1).is_some_and(|t| t.token == Token::LParen)
+                && solid.get(j + 3).is_some_and(|t| t.token == Token::RParen)
+            {
+                solid.remove(j + 3);
+                solid.remove(j + 1);
+                solid.remove(j);
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    // Spaces between words were dropped: put one back between every token.
+    let mut out = Vec::with_capacity(solid.len() * 2);
+    for token in solid {
+        if !out.is_empty() {
+            out.push(TokenWithSpan::wrap(Token::Whitespace(
+                sqlparser::tokenizer::Whitespace::Space,
+            )));
+        }
+        out.push(token);
+    }
+    out
 }
 
 fn is_word(token: &Token, word: &str) -> bool {

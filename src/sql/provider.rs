@@ -60,6 +60,7 @@ impl SchemaProvider for WeirSchema {
             .objects()
             .iter()
             .map(|o| o.def().name().to_string())
+            .filter(|name| !crate::catalog::is_system(name))
             .collect()
     }
 

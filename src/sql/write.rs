@@ -14,9 +14,11 @@ pub async fn insert_batches(
     writer: &Writer,
     batches: &[RecordBatch],
 ) -> Result<u64> {
+    refuse_system(table)?;
     for batch in batches {
         check_not_null(table, batch)?;
     }
+    let watermark = table.watermark_of(batches)?;
     let op = if table.def.append_only {
         WriteOp::Append {
             rows: encode_rows(table, batches)?,
@@ -30,7 +32,7 @@ pub async fn insert_batches(
             rows: encode_rows(table, batches)?,
         }
     };
-    writer.write(table.target(), op).await
+    writer.write_marked(table.target(), op, watermark).await
 }
 
 /// Delete the given current rows (full rows in the table's schema).
@@ -54,6 +56,7 @@ pub async fn update_rows(
     for batch in new {
         check_not_null(table, batch)?;
     }
+    let watermark = table.watermark_of(new)?;
     let old = keyed_rows(table, old)?;
     let new = keyed_rows(table, new)?;
     let changes = old
@@ -66,8 +69,18 @@ pub async fn update_rows(
         })
         .collect();
     writer
-        .write(table.target(), WriteOp::Update { changes })
+        .write_marked(table.target(), WriteOp::Update { changes }, watermark)
         .await
+}
+
+fn refuse_system(table: &Table) -> Result<()> {
+    if crate::catalog::is_system(&table.def.name) {
+        return Err(Error::WrongObjectType(format!(
+            "\"{}\" is a system table; weir writes it",
+            table.def.name
+        )));
+    }
+    Ok(())
 }
 
 fn refuse_append_only(table: &Table, verb: &str) -> Result<()> {

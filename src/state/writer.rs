@@ -18,7 +18,7 @@ use rocksdb::{DB, WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
-use crate::log::embedded::{CHUNK_ROWS, chunk_len, encode_chunk};
+use crate::log::embedded::{CHUNK_ROWS, chunk_len, decode_chunk, encode_chunk};
 use crate::state::{CF_LOG, CF_ROWS, cf, keys};
 
 /// What a write is applied to.
@@ -78,6 +78,9 @@ pub struct Change {
 pub struct WriteRequest {
     pub target: Target,
     pub op: WriteOp,
+    /// The highest watermark the written rows imply (their event times
+    /// minus the table's delay); `None` when the table has no watermark.
+    pub watermark: Option<i64>,
     pub reply: oneshot::Sender<Result<u64>>,
 }
 
@@ -103,9 +106,26 @@ impl Writer {
 
     /// Apply one statement's writes; returns the rows affected once durable.
     pub async fn write(&self, target: Target, op: WriteOp) -> Result<u64> {
+        self.write_marked(target, op, None).await
+    }
+
+    /// Like [`Writer::write`], for a table with a watermark: the table's
+    /// watermark becomes `max(current, watermark)` once the write commits,
+    /// and the write's last log chunks carry it.
+    pub async fn write_marked(
+        &self,
+        target: Target,
+        op: WriteOp,
+        watermark: Option<i64>,
+    ) -> Result<u64> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(WriteRequest { target, op, reply })
+            .send(WriteRequest {
+                target,
+                op,
+                watermark,
+                reply,
+            })
             .await
             .map_err(|_| Error::ShuttingDown)?;
         rx.await.map_err(|_| Error::ShuttingDown)?
@@ -150,7 +170,7 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> 
     for (index, request) in requests.into_iter().enumerate() {
         let mut pending = Pending::new(&group, offsets);
         let outcome = pending
-            .apply(db, &request.target, request.op)
+            .apply(db, &request.target, request.op, request.watermark)
             .map(|count| (count, pending.finish()));
         match outcome {
             Ok((rows, staged)) => {
@@ -176,13 +196,27 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> 
     replies
 }
 
-/// Next offset of each topic partition, loaded from the log on first use.
+/// Next offset of each topic partition and each topic's watermark, loaded
+/// from the log on first use.
 #[derive(Default)]
 struct Offsets {
     next: HashMap<(u64, u32), u64>,
+    watermarks: HashMap<u64, Option<i64>>,
 }
 
 impl Offsets {
+    fn watermark(&mut self, db: &DB, topic: u64, partitions: u32) -> Result<Option<i64>> {
+        if let Some(known) = self.watermarks.get(&topic) {
+            return Ok(*known);
+        }
+        let mut watermark = None;
+        for partition in 0..partitions.max(1) {
+            watermark = watermark.max(log_watermark(db, topic, partition)?);
+        }
+        self.watermarks.insert(topic, watermark);
+        Ok(watermark)
+    }
+
     fn get(&mut self, db: &DB, topic: u64, partition: u32) -> Result<u64> {
         if let Some(next) = self.next.get(&(topic, partition)) {
             return Ok(*next);
@@ -194,6 +228,19 @@ impl Offsets {
 
     fn forget(&mut self) {
         self.next.clear();
+        self.watermarks.clear();
+    }
+}
+
+/// The watermark carried by a partition's last chunk, if any.
+pub fn log_watermark(db: &DB, topic: u64, partition: u32) -> Result<Option<i64>> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let mut iter = db.raw_iterator_cf(cf(db, CF_LOG));
+    iter.seek_for_prev(keys::prefix_end(&prefix));
+    iter.status()?;
+    match (iter.key(), iter.value()) {
+        (Some(key), Some(value)) if key.starts_with(&prefix) => Ok(decode_chunk(value)?.watermark),
+        _ => Ok(None),
     }
 }
 
@@ -245,6 +292,9 @@ impl Group {
             self.ops.push(Op::PutLog(key, chunk));
         }
         offsets.next.extend(staged.offsets);
+        if let Some((topic, watermark)) = staged.watermark {
+            offsets.watermarks.insert(topic, Some(watermark));
+        }
     }
 
     /// The value an earlier request of this group left under a row key, if any wrote it.
@@ -280,6 +330,7 @@ struct Staged {
     rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     log: Vec<(Vec<u8>, Vec<u8>)>,
     offsets: HashMap<(u64, u32), u64>,
+    watermark: Option<(u64, i64)>,
 }
 
 struct Pending<'g> {
@@ -300,7 +351,13 @@ impl<'g> Pending<'g> {
         }
     }
 
-    fn apply(&mut self, db: &DB, target: &Target, op: WriteOp) -> Result<u64> {
+    fn apply(
+        &mut self,
+        db: &DB,
+        target: &Target,
+        op: WriteOp,
+        watermark: Option<i64>,
+    ) -> Result<u64> {
         let count = match op {
             WriteOp::Append { rows } => self.append(target, rows),
             WriteOp::Insert { rows } => self.insert(db, target, rows)?,
@@ -308,7 +365,14 @@ impl<'g> Pending<'g> {
             WriteOp::Delete { keys } => self.delete(db, target, keys)?,
             WriteOp::Update { changes } => self.update(db, target, changes)?,
         };
-        self.flush_log(db, target)?;
+        let current = self
+            .offsets
+            .watermark(db, target.topic, target.partitions)?;
+        let after = current.max(watermark);
+        if let Some(after) = after.filter(|a| Some(*a) != current) {
+            self.staged.watermark = Some((target.topic, after));
+        }
+        self.flush_log(db, target, after)?;
         Ok(count)
     }
 
@@ -484,12 +548,16 @@ impl<'g> Pending<'g> {
         }
     }
 
-    fn flush_log(&mut self, db: &DB, target: &Target) -> Result<()> {
+    /// Stage the write's records as chunks; the last chunk of each partition
+    /// carries the table's watermark after the write.
+    fn flush_log(&mut self, db: &DB, target: &Target, watermark: Option<i64>) -> Result<()> {
         let records = std::mem::take(&mut self.records);
         for (partition, entries) in records {
             let mut next = self.next_offset(db, target.topic, partition)?;
-            for chunk in entries.chunks(CHUNK_ROWS) {
-                let encoded = encode_chunk(chunk.iter().map(|(d, r)| (*d, r.as_slice())));
+            let chunks = entries.len().div_ceil(CHUNK_ROWS);
+            for (i, chunk) in entries.chunks(CHUNK_ROWS).enumerate() {
+                let mark = if i + 1 == chunks { watermark } else { None };
+                let encoded = encode_chunk(chunk.iter().map(|(d, r)| (*d, r.as_slice())), mark);
                 self.staged
                     .log
                     .push((keys::log_key(target.topic, partition, next), encoded));

@@ -13,8 +13,19 @@
 //! min, max and count(DISTINCT) keep a multiset of values per group, so a
 //! deleted minimum is replaced by the next one instead of recomputing.
 //!
+//! # Windows
+//! When the group key holds a window bound (`window_start` or `window_end`
+//! of a window function), every group has a closing time: the window's end.
+//! Group keys then start with that time, so the groups whose window the
+//! watermark has passed form one key range; they are emitted (`EMIT ON
+//! WINDOW CLOSE`: one final row each, and nothing before) and their state is
+//! deleted, which keeps state bounded on an endless stream. Rows for a window
+//! that is already final never arrive: the window operator drops them.
+//!
 //! # State layout (under the operator's prefix)
-//! - `g` ++ group key -> [`GroupState`] ++ the last emitted row (row format)
+//! - `g` ++ group key -> [`GroupState`] ++ the last emitted row (row format);
+//!   for windowed groups the group key starts with the closing time (8 bytes,
+//!   order-preserving)
 //! - `m` ++ aggregate index (u8) ++ group key length (u32 BE) ++ group key ++
 //!   value (row format, so keys sort by value) -> multiplicity (i64 BE)
 
@@ -28,7 +39,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
-use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::{Error, Result};
 use crate::state::keys::prefix_end;
@@ -160,8 +171,27 @@ struct Touched {
     emitted: Option<Vec<u8>>,
 }
 
+/// Where a windowed group's closing time comes from: a group column holding
+/// a window bound, plus what lies between that bound and the window's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowClose {
+    /// Index of the group expression.
+    pub column: usize,
+    /// Microseconds from the column's value to the window's end.
+    pub offset: i64,
+}
+
+/// Closing times as keys that sort like the times.
+fn close_prefix(close: i64) -> [u8; 8] {
+    ((close as u64) ^ (1 << 63)).to_be_bytes()
+}
+
 pub struct Aggregate {
     groups: Vec<Arc<dyn PhysicalExpr>>,
+    /// Set when groups belong to windows.
+    window: Option<WindowClose>,
+    /// Emit a group once, when its window closes, instead of at every change.
+    on_close: bool,
     group_keys: RowConverter,
     aggs: Vec<AggSpec>,
     /// Per aggregate with a multiset: the converter for its values.
@@ -203,6 +233,8 @@ impl Aggregate {
         )?;
         Ok(Aggregate {
             groups,
+            window: None,
+            on_close: false,
             group_keys,
             kinds: aggs.iter().map(|a| a.kind).collect(),
             aggs,
@@ -215,8 +247,50 @@ impl Aggregate {
         })
     }
 
+    /// Make groups windowed; `on_close` holds each group back until its window closes.
+    pub fn with_window(mut self, window: WindowClose, on_close: bool) -> Aggregate {
+        self.window = Some(window);
+        self.on_close = on_close;
+        self
+    }
+
     fn is_global(&self) -> bool {
         self.groups.is_empty()
+    }
+
+    /// The group key without its closing-time prefix.
+    fn group_values<'g>(&self, group: &'g [u8]) -> &'g [u8] {
+        if self.window.is_some() {
+            &group[8.min(group.len())..]
+        } else {
+            group
+        }
+    }
+
+    /// Group keys of a batch's rows, each prefixed by its window's closing
+    /// time; `None` when the groups are not windowed.
+    fn windowed_keys(
+        &self,
+        group_columns: &[ArrayRef],
+        group_rows: Option<&datafusion::arrow::row::Rows>,
+    ) -> Result<Option<Vec<Vec<u8>>>> {
+        let (Some(window), Some(rows)) = (self.window, group_rows) else {
+            return Ok(None);
+        };
+        let bounds = crate::catalog::micros(&group_columns[window.column])?;
+        Ok(Some(
+            (0..rows.num_rows())
+                .map(|i| {
+                    // A NULL bound never closes: such rows have no window.
+                    let close = if bounds.is_null(i) {
+                        i64::MAX
+                    } else {
+                        bounds.value(i).saturating_add(window.offset)
+                    };
+                    [close_prefix(close).as_slice(), rows.row(i).data()].concat()
+                })
+                .collect(),
+        ))
     }
 
     fn group_key(cx: &Context<'_>, group: &[u8]) -> Vec<u8> {
@@ -299,6 +373,7 @@ impl Operator for Aggregate {
         } else {
             Some(self.group_keys.convert_columns(&group_columns)?)
         };
+        let windowed = self.windowed_keys(&group_columns, group_rows.as_ref())?;
         let args = self.evaluate_args(&batch)?;
         let inputs = args
             .iter()
@@ -314,7 +389,11 @@ impl Operator for Aggregate {
         let mut values: HashMap<(usize, usize, &[u8]), i64> = HashMap::new();
         for row in 0..n {
             let diff = diffs.value(row);
-            let key: &[u8] = group_rows.as_ref().map_or(&[], |rows| rows.row(row).data());
+            let key: &[u8] = match (&windowed, &group_rows) {
+                (Some(keys), _) => &keys[row],
+                (None, Some(rows)) => rows.row(row).data(),
+                (None, None) => &[],
+            };
             let index = *local.entry(key).or_insert_with(|| {
                 keys.push(key);
                 partial.push(GroupState::new(self.aggs.len()));
@@ -351,6 +430,22 @@ impl Operator for Aggregate {
         _barrier: crate::dataflow::change::Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
+        self.flush(cx)
+    }
+
+    fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
+        if self.window.is_some() {
+            self.flush(cx)?;
+            self.close_windows(wm.micros, cx)?;
+        }
+        Ok(Some(wm))
+    }
+}
+
+impl Aggregate {
+    /// Write every touched group back and emit how its row changed (held
+    /// back until the window closes under `EMIT ON WINDOW CLOSE`).
+    fn flush(&mut self, cx: &mut Context<'_>) -> Result<()> {
         if self.is_global() {
             // The single group of a global aggregate exists from the start.
             self.touch(&[], cx)?;
@@ -361,33 +456,62 @@ impl Operator for Aggregate {
         let mut insert: Vec<Vec<ScalarValue>> = Vec::new();
         for (group, t) in touched {
             let alive = t.state.rows > 0 || self.is_global();
-            let new_row = if alive {
-                Some(self.output_row(&group, &t.state, cx)?)
-            } else {
-                None
-            };
-            let new_bytes = match &new_row {
-                Some(values) => Some(self.encode_output(values)?),
-                None => None,
-            };
-            if new_bytes != t.emitted {
+            if !alive {
                 retract.extend(t.emitted.clone());
-                insert.extend(new_row);
+                cx.state.delete(Self::group_key(cx, &group));
+                continue;
             }
-            match new_bytes {
-                Some(bytes) => cx
-                    .state
-                    .put(Self::group_key(cx, &group), t.state.encode(Some(&bytes))),
-                None => cx.state.delete(Self::group_key(cx, &group)),
+            if self.on_close {
+                cx.state
+                    .put(Self::group_key(cx, &group), t.state.encode(None));
+                continue;
             }
+            let new_row = self.output_row(&group, &t.state, cx)?;
+            let new_bytes = self.encode_output(&new_row)?;
+            if Some(&new_bytes) != t.emitted.as_ref() {
+                retract.extend(t.emitted.clone());
+                insert.push(new_row);
+            }
+            cx.state.put(
+                Self::group_key(cx, &group),
+                t.state.encode(Some(&new_bytes)),
+            );
         }
         let batch = self.changes(retract, insert)?;
         cx.emit(batch);
         Ok(())
     }
-}
 
-impl Aggregate {
+    /// Forget every group whose window the watermark has reached, emitting
+    /// its final row first under `EMIT ON WINDOW CLOSE`.
+    fn close_windows(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
+        let lower = cx.key(b"g");
+        let upper = cx.key(&[b"g".as_slice(), &close_prefix(watermark.saturating_add(1))].concat());
+        let mut insert = Vec::new();
+        for (key, value) in cx.state.scan(&lower, &upper)? {
+            let group = key[lower.len()..].to_vec();
+            if self.on_close {
+                let (state, _) = GroupState::decode(&value, self.aggs.len())?;
+                insert.push(self.output_row(&group, &state, cx)?);
+            }
+            cx.state.delete(key);
+            for (agg, values) in self.values.iter().enumerate() {
+                if values.is_none()
+                    || (self.aggs[agg].append_only && self.aggs[agg].kind != AggKind::CountDistinct)
+                {
+                    continue;
+                }
+                let prefix = Self::multiset_prefix(cx, agg, &group);
+                for (entry, _) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
+                    cx.state.delete(entry);
+                }
+            }
+        }
+        let batch = self.changes(Vec::new(), insert)?;
+        cx.emit(batch);
+        Ok(())
+    }
+
     /// Fold this epoch's multiset changes into state; count(DISTINCT) counts
     /// values whose multiplicity crosses zero.
     fn apply_multisets(&mut self, cx: &mut Context<'_>) -> Result<()> {
@@ -431,7 +555,9 @@ impl Aggregate {
         let mut values: Vec<ScalarValue> = Vec::with_capacity(self.schema.fields().len());
         if !self.is_global() {
             let parser = self.group_keys.parser();
-            let columns = self.group_keys.convert_rows([parser.parse(group)])?;
+            let columns = self
+                .group_keys
+                .convert_rows([parser.parse(self.group_values(group))])?;
             for column in &columns {
                 values.push(ScalarValue::try_from_array(column, 0)?);
             }

@@ -4,6 +4,14 @@
 //! Views with a unique key (the group key of an aggregate) store
 //! `view id ++ key -> row`, so a lookup by key is a point read. Other views
 //! store `view id ++ row -> multiplicity ++ row`, a multiset.
+//!
+//! Every changelog chunk carries the view's watermark, so views on this view
+//! see event time advance; a watermark that rises without changes is written
+//! as an empty chunk.
+//!
+//! With `EMIT EVERY` the view holds its changes back: they are summed per row
+//! in state (`p` ++ row -> diff) and applied at the first barrier at least an
+//! interval after the previous emission (`t` -> when the next one is due).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +20,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
 use crate::catalog::Table;
-use crate::dataflow::change::{Barrier, ChangeBatch};
+use crate::dataflow::change::{Barrier, ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, encode_chunk};
@@ -24,6 +32,12 @@ pub struct Materialize {
     pending: Vec<ChangeBatch>,
     /// The next offset of the changelog topic (one partition).
     next_offset: u64,
+    /// Hold changes back for this long (`EMIT EVERY`), in microseconds.
+    every: Option<i64>,
+    /// The input's watermark.
+    watermark: Option<i64>,
+    /// The watermark the changelog last carried.
+    published: Option<i64>,
 }
 
 /// A multiset entry: multiplicity (i64 LE) then the row.
@@ -42,11 +56,14 @@ pub fn decode_counted(value: &[u8]) -> Result<(i64, &[u8])> {
 }
 
 impl Materialize {
-    pub fn new(view: Arc<Table>, next_offset: u64) -> Materialize {
+    pub fn new(view: Arc<Table>, next_offset: u64, every: Option<i64>) -> Materialize {
         Materialize {
             view,
             pending: Vec::new(),
             next_offset,
+            every,
+            watermark: None,
+            published: None,
         }
     }
 
@@ -119,12 +136,79 @@ impl Materialize {
 
     fn append_changelog(&mut self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) {
         let topic = self.view.def.topic();
+        let watermark = self.watermark;
+        if changes.is_empty() {
+            if watermark > self.published {
+                let empty = encode_chunk(std::iter::empty(), watermark);
+                cx.state
+                    .append_log(keys::log_key(topic, 0, self.next_offset), empty);
+                self.published = watermark;
+            }
+            return;
+        }
         for chunk in changes.chunks(CHUNK_ROWS) {
-            let encoded = encode_chunk(chunk.iter().map(|(row, diff)| (*diff, row.as_slice())));
+            let encoded = encode_chunk(
+                chunk.iter().map(|(row, diff)| (*diff, row.as_slice())),
+                watermark,
+            );
             cx.state
                 .append_log(keys::log_key(topic, 0, self.next_offset), encoded);
             self.next_offset += chunk.len() as u64;
         }
+        self.published = watermark;
+    }
+
+    /// Apply net changes to the view's rows and its changelog.
+    fn publish(&mut self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
+        if self.view.def.multiset {
+            self.apply_multiset(changes, cx)?;
+        } else {
+            self.apply_keyed(changes, cx)?;
+        }
+        self.append_changelog(changes, cx);
+        Ok(())
+    }
+
+    /// `EMIT EVERY`: add this epoch's changes to the held ones, and publish
+    /// them all once the interval has passed.
+    fn hold(
+        &mut self,
+        every: i64,
+        changes: Vec<(Vec<u8>, i64)>,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        for (row, diff) in changes {
+            let key = cx.key(&[b"p".as_slice(), &row].concat());
+            let held = match cx.state.get(&key)? {
+                Some(bytes) => read_i64(&bytes)?,
+                None => 0,
+            };
+            match held + diff {
+                0 => cx.state.delete(key),
+                sum => cx.state.put(key, sum.to_le_bytes().to_vec()),
+            }
+        }
+        let due_key = cx.key(b"t");
+        let now = cx.state.now;
+        let due = match cx.state.get(&due_key)? {
+            Some(bytes) => read_i64(&bytes)?,
+            None => {
+                cx.state.put(due_key, (now + every).to_le_bytes().to_vec());
+                return Ok(());
+            }
+        };
+        if now < due {
+            return Ok(());
+        }
+        let prefix = cx.key(b"p");
+        let held = cx.state.scan(&prefix, &keys::prefix_end(&prefix))?;
+        let mut changes = Vec::with_capacity(held.len());
+        for (key, value) in held {
+            cx.state.delete(key.clone());
+            changes.push((key[prefix.len()..].to_vec(), read_i64(&value)?));
+        }
+        cx.state.put(due_key, (now + every).to_le_bytes().to_vec());
+        self.publish(&changes, cx)
     }
 }
 
@@ -152,10 +236,33 @@ impl Operator for Materialize {
         Ok(())
     }
 
+    fn on_watermark(&mut self, wm: Watermark, _cx: &mut Context<'_>) -> Result<Option<Watermark>> {
+        self.watermark = self.watermark.max(Some(wm.micros));
+        Ok(Some(wm))
+    }
+
     fn on_barrier(&mut self, _barrier: Barrier, cx: &mut Context<'_>) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
+        let changes = self.epoch_changes(pending)?;
+        match self.every {
+            Some(every) => self.hold(every, changes, cx),
+            None => self.publish(&changes, cx),
+        }
+    }
+}
+
+fn read_i64(bytes: &[u8]) -> Result<i64> {
+    let raw: [u8; 8] = bytes
+        .try_into()
+        .map_err(|_| Error::Internal("a held change is malformed".into()))?;
+    Ok(i64::from_le_bytes(raw))
+}
+
+impl Materialize {
+    /// The epoch's changes, netted per row.
+    fn epoch_changes(&self, pending: Vec<ChangeBatch>) -> Result<Vec<(Vec<u8>, i64)>> {
         if pending.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let relaxed = self.view.nullable_schema.clone();
         let rows: Vec<RecordBatch> = pending
@@ -170,13 +277,6 @@ impl Operator for Materialize {
             concat_batches(&relaxed, &rows)?,
             datafusion::arrow::array::Int64Array::from(diffs),
         )?;
-        let changes = self.consolidate(&all)?;
-        if self.view.def.multiset {
-            self.apply_multiset(&changes, cx)?;
-        } else {
-            self.apply_keyed(&changes, cx)?;
-        }
-        self.append_changelog(&changes, cx);
-        Ok(())
+        self.consolidate(&all)
     }
 }

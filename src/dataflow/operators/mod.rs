@@ -4,10 +4,14 @@ pub mod aggregate;
 pub mod filter;
 pub mod materialize;
 pub mod project;
+pub mod session;
 pub mod union;
+pub mod window;
 
 pub use aggregate::Aggregate;
 pub use filter::Filter;
 pub use materialize::Materialize;
 pub use project::Project;
+pub use session::SessionAssign;
 pub use union::Union;
+pub use window::WindowAssign;

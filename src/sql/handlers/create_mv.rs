@@ -11,12 +11,12 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
-use crate::catalog::{ColumnDef, Object, ObjectDef, Table, TableDef, View, ViewDef};
+use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, Table, TableDef, View, ViewDef};
 use crate::dataflow::graph::Dataflow;
-use crate::dataflow::plan::Planner;
+use crate::dataflow::plan::{Planner, ViewShape};
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
-use crate::sql::parser::CreateView;
+use crate::sql::parser::{CreateView, EmitClause};
 use crate::state::writer::log_end;
 
 pub async fn create(
@@ -36,17 +36,14 @@ pub async fn create(
         return Err(Error::DuplicateTable(create.name));
     }
     let plan = plan_query(engine, &create.query).await?;
-    let shape = Planner::shape(&engine.catalog, &plan)?;
-    let table = contents(
-        engine.catalog.allocate_id()?,
-        &create,
-        &plan,
-        shape.key.clone(),
-    )?;
+    let emit = emit_policy(engine, &create.emit).await?;
+    let shape = Planner::shape(&engine.catalog, &plan, emit)?;
+    let table = contents(engine.catalog.allocate_id()?, &create, &plan, &shape)?;
     let def = ViewDef {
         table,
         query: create.query.to_string(),
         depends_on: shape.depends_on,
+        emit,
     };
     let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
     else {
@@ -113,23 +110,50 @@ async fn backfill(engine: &Arc<Engine>, session: &Session, view: &Arc<View>) -> 
 pub async fn start(engine: &Arc<Engine>, view: &Arc<View>) -> Result<()> {
     let query = crate::sql::parser::parse_query(&view.def.query)?;
     let plan = plan_query(engine, &query).await?;
-    let dataflow = build(engine, view.table.clone(), &plan)?;
+    let dataflow = build(engine, view.table.clone(), &plan, view.def.emit)?;
     engine.runtime.add(dataflow).await
 }
 
-fn build(engine: &Arc<Engine>, table: Arc<Table>, plan: &LogicalPlan) -> Result<Dataflow> {
+fn build(
+    engine: &Arc<Engine>,
+    table: Arc<Table>,
+    plan: &LogicalPlan,
+    emit: Emit,
+) -> Result<Dataflow> {
     let changelog_end = log_end(engine.store.db(), table.def.topic(), 0)?;
     let props = datafusion::execution::context::ExecutionProps::new();
-    Planner::new(&engine.catalog, &props).build(table, plan, changelog_end)
+    Planner::new(&engine.catalog, &props)
+        .with_emit(emit)
+        .build(table, plan, changelog_end)
+}
+
+/// The view's emit policy, with `EMIT EVERY`'s interval evaluated.
+async fn emit_policy(engine: &Arc<Engine>, clause: &EmitClause) -> Result<Emit> {
+    Ok(match clause {
+        EmitClause::Changes => Emit::Changes,
+        EmitClause::OnWindowClose => Emit::OnWindowClose,
+        EmitClause::Every(interval) => {
+            let value = super::query::evaluate(engine, interval).await?;
+            let micros = crate::dataflow::window::interval_micros("EMIT EVERY interval", &value)
+                .map_err(|e| {
+                    Error::InvalidParameter(format!(
+                        "{e}; for example EMIT EVERY INTERVAL '1' SECOND"
+                    ))
+                })?;
+            Emit::Every { micros }
+        }
+    })
 }
 
 pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Result<Output> {
     let plan = plan_query(engine, &create.query).await?;
-    let shape = Planner::shape(&engine.catalog, &plan)?;
-    let table = contents(0, &create, &plan, shape.key.clone())?;
+    let emit = emit_policy(engine, &create.emit).await?;
+    let shape = Planner::shape(&engine.catalog, &plan, emit)?;
+    let table = contents(0, &create, &plan, &shape)?;
     let props = datafusion::execution::context::ExecutionProps::new();
-    let dataflow =
-        Planner::new(&engine.catalog, &props).build(Arc::new(Table::new(table)?), &plan, 0)?;
+    let dataflow = Planner::new(&engine.catalog, &props)
+        .with_emit(emit)
+        .build(Arc::new(Table::new(table)?), &plan, 0)?;
     let text = if dot {
         dataflow.explain_dot()
     } else {
@@ -143,8 +167,9 @@ fn contents(
     id: u64,
     create: &CreateView,
     plan: &LogicalPlan,
-    key: Option<Vec<usize>>,
+    shape: &ViewShape,
 ) -> Result<TableDef> {
+    let key = shape.key.clone();
     Ok(TableDef {
         id,
         name: create.name.clone(),
@@ -156,6 +181,7 @@ fn contents(
         partitions: 1,
         definition: create.text.clone(),
         is_view: true,
+        watermarked: shape.watermarked,
     })
 }
 
@@ -165,6 +191,7 @@ async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalP
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;
+    let plan = crate::sql::window::session_keys(plan)?;
     Ok(state.optimize(&plan)?)
 }
 

@@ -55,6 +55,7 @@ pub async fn create_table(
         definition: create.text.clone(),
         is_view: false,
         multiset: false,
+        watermarked: false,
     };
     engine.catalog.create(ObjectDef::Table(def))?;
     Ok(Output::command("CREATE TABLE"))
@@ -196,6 +197,19 @@ fn watermark(create: &CreateTable, columns: &[ColumnDef]) -> Result<Option<Water
             def.sql_type
         )));
     }
+    let fields = columns
+        .iter()
+        .map(|c| {
+            let data_type = c.data_type.parse().map_err(|e| {
+                Error::Internal(format!("stored type {} unreadable: {e}", c.data_type))
+            })?;
+            Ok(datafusion::arrow::datatypes::Field::new(
+                &c.name, data_type, true,
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+    crate::catalog::watermark_expr(&schema, expr)?;
     Ok(Some(WatermarkDef {
         column: column.clone(),
         expr: expr.clone(),
@@ -220,6 +234,11 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
             return Err(Error::WrongObjectType(format!(
                 "\"{name}\" is not a {}",
                 drop.kind.noun()
+            )));
+        }
+        if crate::catalog::is_system(name) {
+            return Err(Error::InsufficientPrivilege(format!(
+                "permission denied: \"{name}\" is a system table"
             )));
         }
         let dependents = dependents(engine, &object);

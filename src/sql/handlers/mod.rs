@@ -28,6 +28,7 @@ pub async fn dispatch(
         Statement::Show(kind) => show::objects(engine, kind),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
         Statement::ShowVariable(name) => show::variable(session, &name),
+        Statement::ShowLateEvents => query::run(engine, &show::late_events_query()?, None).await,
         Statement::Describe(name) => show::describe(engine, &name),
         Statement::Flush => {
             engine.runtime.flush().await?;
@@ -89,6 +90,7 @@ pub async fn describe(
         Statement::ExplainView { .. } => columns(show::text_lines_schema()),
         Statement::ShowCreate { .. } => columns(show::create_schema()),
         Statement::ShowVariable(name) => columns(show::variable_schema(name)),
+        Statement::ShowLateEvents => query::describe(engine, &show::late_events_query()?).await,
         Statement::Describe(_) => columns(show::describe_schema()),
         Statement::Query(ast) => query::describe(engine, ast).await,
         Statement::CreateTable(_)

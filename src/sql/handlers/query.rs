@@ -31,6 +31,7 @@ pub async fn plan(
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(ast.clone())))
         .await?;
+    let plan = crate::sql::window::session_keys(plan)?;
     Ok((state, plan))
 }
 
@@ -180,16 +181,24 @@ async fn update(engine: &Arc<Engine>, state: SessionState, dml: &DmlStatement) -
 }
 
 /// `ADVANCE CLOCK BY <interval>`: DataFusion evaluates the interval.
+/// The value of a constant expression.
+pub async fn evaluate(
+    engine: &Arc<Engine>,
+    expr: &ast::Expr,
+) -> Result<datafusion::common::ScalarValue> {
+    let state = engine.state();
+    let plan = state.create_logical_plan(&format!("SELECT {expr}")).await?;
+    let rows = DataFrame::new(state, plan).collect().await?;
+    rows.first()
+        .filter(|b| b.num_rows() == 1)
+        .map(|b| datafusion::common::ScalarValue::try_from_array(b.column(0), 0))
+        .transpose()?
+        .ok_or_else(|| Error::InvalidParameter(format!("{expr} has no value")))
+}
+
 pub async fn advance_clock(engine: &Arc<Engine>, by: &ast::Expr) -> Result<Output> {
     use datafusion::common::ScalarValue;
-    let state = engine.state();
-    let plan = state.create_logical_plan(&format!("SELECT {by}")).await?;
-    let rows = DataFrame::new(state, plan).collect().await?;
-    let value = rows
-        .first()
-        .filter(|b| b.num_rows() == 1)
-        .map(|b| ScalarValue::try_from_array(b.column(0), 0))
-        .transpose()?;
+    let value = evaluate(engine, by).await.ok();
     let micros = match value {
         Some(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => {
             i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1_000

@@ -57,7 +57,7 @@ pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
         .catalog
         .objects()
         .into_iter()
-        .filter(|o| o.kind() == kind)
+        .filter(|o| o.kind() == kind && !crate::catalog::is_system(o.def().name()))
         .map(|o| {
             let name = Some(o.def().name().to_string());
             match kind {
@@ -133,7 +133,27 @@ pub fn describe(engine: &Arc<Engine>, name: &str) -> Result<Output> {
             None,
         ]);
     }
+    if let Object::MaterializedView(view) = &object {
+        rows.push(vec![
+            Some("emit".into()),
+            Some(view.def.emit.clause()),
+            None,
+            None,
+        ]);
+    }
     text_rows(describe_schema(), rows, "DESCRIBE")
+}
+
+/// SHOW LATE EVENTS: late rows per object, from the `late_events` table.
+pub fn late_events_query() -> Result<sqlparser::ast::Statement> {
+    let sql = format!(
+        "SELECT object, count(*) AS late_events, max(arrival_time) AS last_arrival \
+         FROM {} GROUP BY object ORDER BY object",
+        crate::catalog::LATE_EVENTS
+    );
+    let mut parser = sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(&sql)?;
+    Ok(parser.parse_statement()?)
 }
 
 fn find(engine: &Arc<Engine>, kind: ObjectKind, name: &str) -> Result<Object> {
