@@ -435,3 +435,80 @@ async fn views_resume_after_sigkill_and_equal_a_recomputation() {
         rows(&client, VIEW_QUERY).await
     );
 }
+
+const WINDOWED: &str = "SELECT k, window_start, window_end, count(*) AS n, max(v) AS hi \
+     FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY k, window_start, window_end";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP,
+               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY;
+             CREATE MATERIALIZED VIEW closed AS {WINDOWED} EMIT ON WINDOW CLOSE;
+             CREATE MATERIALIZED VIEW sessions AS SELECT k, window_start, window_end, count(*) AS n
+               FROM SESSION(ev, ts, INTERVAL '3' SECOND) GROUP BY k, window_start, window_end;"
+        ))
+        .await
+        .expect("setup");
+    // Two minutes of events, a statement a second, slightly out of order.
+    for second in 0..120i64 {
+        let values: Vec<String> = (0..5)
+            .map(|k| {
+                let at = second * 1000 - (k * 300) % 900;
+                format!("({k}, {second}, TIMESTAMP '2024-01-01 00:00:00' + INTERVAL '{at} milliseconds')")
+            })
+            .collect();
+        client
+            .batch_execute(&format!("INSERT INTO ev VALUES {}", values.join(", ")))
+            .await
+            .expect("insert");
+    }
+    drop(client);
+    server.kill();
+    server.restart();
+
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.expect("flush");
+    // The watermark is 00:01:54: windows up to 00:01:50 are final.
+    let expected = rows(
+        &client,
+        &format!(
+            "SELECT * FROM ({WINDOWED}) w WHERE window_end <= TIMESTAMP '2024-01-01 00:01:54'"
+        ),
+    )
+    .await;
+    // Eleven windows a key, and one before midnight for the three keys
+    // whose first event came early.
+    assert_eq!(expected.len(), 11 * 5 + 3);
+    assert_eq!(rows(&client, "SELECT * FROM closed").await, expected);
+    assert_eq!(
+        count(&client, "SELECT sum(n) FROM sessions").await,
+        count(&client, "SELECT count(*) FROM ev").await,
+        "every event is in exactly one session"
+    );
+
+    // The watermark survived too: a row for a final window is late.
+    client
+        .batch_execute("INSERT INTO ev VALUES (0, 999, TIMESTAMP '2024-01-01 00:00:01'); FLUSH")
+        .await
+        .expect("late row");
+    assert_eq!(rows(&client, "SELECT * FROM closed").await, expected);
+    // Key 0's session is still open (an event every second, a 3-second
+    // gap), so only the tumbling window counts the row as late.
+    assert_eq!(
+        rows(&client, "SELECT object FROM late_events").await,
+        vec!["closed".to_string()]
+    );
+    assert!(
+        metrics(&server)
+            .await
+            .contains("weir_late_events_total 1\n")
+    );
+    assert_eq!(
+        count(&client, "SELECT sum(n) FROM sessions").await,
+        count(&client, "SELECT count(*) FROM ev").await
+    );
+}

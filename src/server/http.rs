@@ -73,6 +73,15 @@ fn metrics(engine: &Engine) -> String {
     out.push_str(&format!(
         "# HELP weir_state_entries_read_total RocksDB entries read by queries.\n# TYPE weir_state_entries_read_total counter\nweir_state_entries_read_total {read}\n"
     ));
+    // Every late row is a record in the late_events table's log.
+    let late = engine
+        .catalog
+        .table(crate::catalog::LATE_EVENTS)
+        .and_then(|t| crate::state::writer::log_end(engine.store.db(), t.def.topic(), 0).ok())
+        .unwrap_or(0);
+    out.push_str(&format!(
+        "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"
+    ));
     let tables = engine.catalog.objects().len();
     out.push_str(&format!(
         "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"

@@ -15,9 +15,11 @@ use crate::config::Config;
 use crate::dataflow::late;
 use crate::dataflow::runtime::{Runtime, Settings};
 use crate::error::{Error, Result};
+use crate::sql::functions::ProcTime;
 use crate::sql::provider::WeirSchema;
 use crate::state::Store;
 use crate::state::writer::Writer;
+use datafusion::logical_expr::ScalarUDF;
 
 /// The database name clients see (`current_database()`, `\l`).
 pub const DATABASE: &str = "weir";
@@ -53,8 +55,8 @@ impl Engine {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
         let writer = Writer::start(store.db().clone())?;
-        let ctx = session_context(&catalog, &store, &writer)?;
         let clock = Arc::new(Clock::new(config.manual_clock));
+        let ctx = session_context(&catalog, &store, &writer, &clock)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
         let now_clock = clock.clone();
         let settings = Settings {
@@ -108,6 +110,7 @@ fn session_context(
     catalog: &Arc<Catalog>,
     store: &Arc<Store>,
     writer: &Writer,
+    clock: &Arc<Clock>,
 ) -> Result<SessionContext> {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE, "public")
@@ -124,6 +127,9 @@ fn session_context(
         .register_schema("public", Arc::new(schema))
         .map_err(Error::from)?;
     ctx.register_catalog(DATABASE, Arc::new(databases));
+    let clock = clock.clone();
+    let proctime = ProcTime::new(Arc::new(move || clock.now().timestamp_micros()));
+    ctx.register_udf(ScalarUDF::new_from_impl(proctime));
     for name in crate::sql::window::FUNCTIONS {
         let function = crate::sql::window::WindowFunction::new(
             name,

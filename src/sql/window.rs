@@ -310,6 +310,20 @@ pub fn trace_column(plan: &LogicalPlan, column: &Column) -> Option<(WindowTable,
         },
         LogicalPlan::SubqueryAlias(a) => trace_column(&a.input, &a.input.schema().columns()[index]),
         LogicalPlan::Filter(f) => trace_column(&f.input, column),
+        // Union columns are positional; every input is windowed alike or
+        // the window's close is not known.
+        LogicalPlan::Union(u) => {
+            let traced: Vec<(WindowTable, usize)> = u
+                .inputs
+                .iter()
+                .map(|input| trace_column(input, &input.schema().columns()[index]))
+                .collect::<Option<_>>()?;
+            let (first, at) = traced.first()?.clone();
+            let alike = traced.iter().all(|(t, i)| {
+                t.spec.kind == first.spec.kind && bound_of(t, *i) == bound_of(&first, at)
+            });
+            alike.then_some((first, at))
+        }
         _ => None,
     }
 }

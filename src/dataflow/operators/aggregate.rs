@@ -874,4 +874,90 @@ mod tests {
         let out = epoch(&mut op, &store, pretty("T I", "+ a .\n+ a ."));
         assert_eq!(out, vec!["+1 a 2 . ."]);
     }
+
+    /// Count the state entries under the test prefix.
+    fn state_entries(store: &Store) -> usize {
+        let db = store.db();
+        db.prefix_iterator_cf(crate::state::cf(db, crate::state::CF_STATE), b"test")
+            .filter_map(|entry| entry.ok())
+            .take_while(|(key, _)| key.starts_with(b"test"))
+            .count()
+    }
+
+    #[test]
+    fn windowed_state_is_deleted_once_the_watermark_passes_the_window() {
+        use datafusion::arrow::array::{StringArray, TimestampMicrosecondArray};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let time = crate::dataflow::window::timestamp_type();
+        let input = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("window_end", time.clone(), true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let output = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("window_end", time.clone(), true),
+            Field::new("hi", DataType::Int64, true),
+        ]));
+        let column = |i| Arc::new(Column::new("c", i)) as Arc<dyn PhysicalExpr>;
+        let max = AggSpec {
+            append_only: false,
+            kind: AggKind::Max,
+            arg: Some(column(2)),
+            arg_type: DataType::Int64,
+        };
+        let mut op = Aggregate::new(
+            vec![column(0), column(1)],
+            vec![DataType::Utf8, time],
+            vec![max],
+            output,
+        )
+        .expect("aggregate")
+        .with_window(
+            WindowClose {
+                column: 1,
+                offset: 0,
+            },
+            true,
+        );
+        let mut most = 0;
+        let mut emitted = 0;
+        // An endless stream: 200 windows of 10 keys, 5 rows a key each.
+        for window in 1..=200i64 {
+            let keys: Vec<String> = (0..50).map(|i| format!("k{}", i % 10)).collect();
+            let rows = RecordBatch::try_new(
+                input.clone(),
+                vec![
+                    Arc::new(StringArray::from(keys)),
+                    Arc::new(TimestampMicrosecondArray::from(vec![window * 10; 50])),
+                    Arc::new(Int64Array::from_iter_values(0..50)),
+                ],
+            )
+            .expect("batch");
+            let mut state = EpochState::new(store.db().clone());
+            let prefix = b"test".to_vec();
+            let mut cx = Context::new(&mut state, &prefix);
+            op.on_changes(0, ChangeBatch::inserts(rows), &mut cx)
+                .expect("changes");
+            op.on_watermark(
+                Watermark {
+                    micros: window * 10 - 10,
+                },
+                &mut cx,
+            )
+            .expect("watermark");
+            op.on_barrier(Barrier { epoch: 1 }, &mut cx)
+                .expect("barrier");
+            emitted += cx.take_output().iter().map(ChangeBatch::len).sum::<usize>();
+            let mut batch = rocksdb::WriteBatch::default();
+            state.drain_into(&mut batch);
+            store.db().write(batch).expect("commit");
+            most = most.max(state_entries(&store));
+        }
+        // One open window at a time: 10 groups and their 50 distinct values.
+        assert!(most <= 60, "state grew to {most} entries");
+        // Every window but the last, still open, was emitted once a key.
+        assert_eq!(emitted, 199 * 10);
+    }
 }

@@ -361,4 +361,78 @@ mod tests {
         );
         assert!(bounds(&[], 5).is_empty());
     }
+
+    #[test]
+    fn session_state_stays_bounded_on_an_endless_stream() {
+        use std::sync::Arc;
+
+        use datafusion::arrow::array::{RecordBatch, StringArray, TimestampMicrosecondArray};
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+        use super::*;
+        use crate::dataflow::change::Barrier;
+        use crate::dataflow::state::EpochState;
+        use crate::state::Store;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let time = crate::dataflow::window::timestamp_type();
+        let input = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("ts", time.clone(), true),
+        ]));
+        let output = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("ts", time.clone(), true),
+            Field::new("window_start", time.clone(), true),
+            Field::new("window_end", time, true),
+        ]));
+        let mut op =
+            SessionAssign::new(&input, 1, 10, vec![0], output, "v".into()).expect("operator");
+        let mut most = 0;
+        let mut inserted = 0i64;
+        for step in 1..=200i64 {
+            // Two events a key, 3 apart: one session a key and step.
+            let keys: Vec<String> = (0..20).map(|i| format!("k{}", i % 10)).collect();
+            let times: Vec<i64> = (0..20).map(|i| step * 100 + (i / 10) * 3).collect();
+            let rows = RecordBatch::try_new(
+                input.clone(),
+                vec![
+                    Arc::new(StringArray::from(keys)),
+                    Arc::new(TimestampMicrosecondArray::from(times)),
+                ],
+            )
+            .expect("batch");
+            let mut state = EpochState::new(store.db().clone());
+            let prefix = b"test".to_vec();
+            let mut cx = Context::new(&mut state, &prefix);
+            op.on_changes(0, ChangeBatch::inserts(rows), &mut cx)
+                .expect("changes");
+            op.on_watermark(
+                Watermark {
+                    micros: step * 100 - 50,
+                },
+                &mut cx,
+            )
+            .expect("watermark");
+            op.on_barrier(Barrier { epoch: 1 }, &mut cx)
+                .expect("barrier");
+            for batch in cx.take_output() {
+                inserted += batch.diffs().values().iter().sum::<i64>();
+            }
+            let mut batch = rocksdb::WriteBatch::default();
+            state.drain_into(&mut batch);
+            store.db().write(batch).expect("commit");
+            let db = store.db();
+            let entries = db
+                .prefix_iterator_cf(crate::state::cf(db, crate::state::CF_STATE), b"test")
+                .filter_map(|entry| entry.ok())
+                .take_while(|(key, _)| key.starts_with(b"test"))
+                .count();
+            most = most.max(entries);
+        }
+        assert_eq!(inserted, 200 * 20);
+        // The open sessions' events and index, plus the ends just closed.
+        assert!(most <= 60, "state grew to {most} entries");
+    }
 }
