@@ -177,7 +177,7 @@ impl<'a> Planner<'a> {
                     .collect::<Result<Vec<_>>>()?;
                 let mut op = Aggregate::new(groups, group_types, aggs, arrow_schema(plan))?;
                 if let Some((close, on_close)) = window {
-                    op = op.with_window(close, on_close);
+                    op = op.with_window(close, on_close)?;
                 }
                 Ok(self.push(Box::new(op), vec![input]))
             }

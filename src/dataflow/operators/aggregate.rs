@@ -35,7 +35,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -92,19 +92,6 @@ fn keep_extreme(current: &mut Option<Vec<u8>>, value: &[u8], kind: AggKind) {
 }
 
 impl GroupState {
-    /// Add a batch's partial state for the same group.
-    fn absorb(&mut self, delta: &GroupState, kinds: &[AggKind]) {
-        self.rows += delta.rows;
-        for (i, kind) in kinds.iter().enumerate() {
-            self.counts[i] += delta.counts[i];
-            self.int_sums[i] += delta.int_sums[i];
-            self.float_sums[i] += delta.float_sums[i];
-            if let Some(value) = &delta.extremes[i] {
-                keep_extreme(&mut self.extremes[i], value, *kind);
-            }
-        }
-    }
-
     fn new(aggs: usize) -> GroupState {
         GroupState {
             rows: 0,
@@ -166,10 +153,14 @@ impl GroupState {
     }
 }
 
-struct Touched {
+/// A group touched during the epoch, with the row it last emitted.
+struct Group {
+    key: Vec<u8>,
     state: GroupState,
     emitted: Option<Vec<u8>>,
 }
+
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Where a windowed group's closing time comes from: a group column holding
 /// a window bound, plus what lies between that bound and the window's end.
@@ -181,17 +172,14 @@ pub struct WindowClose {
     pub offset: i64,
 }
 
-/// Closing times as keys that sort like the times.
-fn close_prefix(close: i64) -> [u8; 8] {
-    ((close as u64) ^ (1 << 63)).to_be_bytes()
-}
-
 pub struct Aggregate {
     groups: Vec<Arc<dyn PhysicalExpr>>,
+    group_types: Vec<DataType>,
     /// Set when groups belong to windows.
     window: Option<WindowClose>,
     /// Emit a group once, when its window closes, instead of at every change.
     on_close: bool,
+    /// Group keys in row format; windowed keys lead with the closing time.
     group_keys: RowConverter,
     aggs: Vec<AggSpec>,
     /// Per aggregate with a multiset: the converter for its values.
@@ -199,12 +187,12 @@ pub struct Aggregate {
     schema: SchemaRef,
     /// `schema` with every column nullable, for the batches it emits.
     nullable_schema: SchemaRef,
-    /// The kind of each aggregate, in order.
-    kinds: Vec<AggKind>,
     output: RowConverter,
-    touched: HashMap<Vec<u8>, Touched>,
+    /// Groups touched since the last barrier, and where each one is.
+    touched: Vec<Group>,
+    index: FastMap<Vec<u8>, usize>,
     /// Pending multiset changes: (aggregate, group key, value) -> weight.
-    multiset: HashMap<(usize, Vec<u8>, Vec<u8>), i64>,
+    multiset: FastMap<(usize, Vec<u8>, Vec<u8>), i64>,
 }
 
 impl Aggregate {
@@ -214,7 +202,8 @@ impl Aggregate {
         aggs: Vec<AggSpec>,
         schema: SchemaRef,
     ) -> Result<Aggregate> {
-        let group_keys = RowConverter::new(group_types.into_iter().map(SortField::new).collect())?;
+        let group_keys =
+            RowConverter::new(group_types.iter().cloned().map(SortField::new).collect())?;
         let values = aggs
             .iter()
             .map(|a| match a.kind {
@@ -233,64 +222,61 @@ impl Aggregate {
         )?;
         Ok(Aggregate {
             groups,
+            group_types,
             window: None,
             on_close: false,
             group_keys,
-            kinds: aggs.iter().map(|a| a.kind).collect(),
             aggs,
             values,
             nullable_schema: crate::catalog::nullable(&schema),
             schema,
             output,
-            touched: HashMap::new(),
-            multiset: HashMap::new(),
+            touched: Vec::new(),
+            index: FastMap::default(),
+            multiset: FastMap::default(),
         })
     }
 
     /// Make groups windowed; `on_close` holds each group back until its window closes.
-    pub fn with_window(mut self, window: WindowClose, on_close: bool) -> Aggregate {
+    pub fn with_window(mut self, window: WindowClose, on_close: bool) -> Result<Aggregate> {
+        let mut fields = vec![SortField::new(DataType::Int64)];
+        fields.extend(self.group_types.iter().cloned().map(SortField::new));
+        self.group_keys = RowConverter::new(fields)?;
         self.window = Some(window);
         self.on_close = on_close;
-        self
+        Ok(self)
     }
 
     fn is_global(&self) -> bool {
         self.groups.is_empty()
     }
 
-    /// The group key without its closing-time prefix.
-    fn group_values<'g>(&self, group: &'g [u8]) -> &'g [u8] {
-        if self.window.is_some() {
-            &group[8.min(group.len())..]
-        } else {
-            group
-        }
-    }
-
-    /// Group keys of a batch's rows, each prefixed by its window's closing
-    /// time; `None` when the groups are not windowed.
-    fn windowed_keys(
-        &self,
-        group_columns: &[ArrayRef],
-        group_rows: Option<&datafusion::arrow::row::Rows>,
-    ) -> Result<Option<Vec<Vec<u8>>>> {
-        let (Some(window), Some(rows)) = (self.window, group_rows) else {
+    /// Group keys of a batch's rows; windowed keys lead with the window's
+    /// closing time, so that keys sort by it. `None` without GROUP BY.
+    fn batch_keys(&self, group_columns: &[ArrayRef]) -> Result<Option<Rows>> {
+        if self.is_global() {
             return Ok(None);
+        }
+        let Some(window) = self.window else {
+            return Ok(Some(self.group_keys.convert_columns(group_columns)?));
         };
         let bounds = crate::catalog::micros(&group_columns[window.column])?;
-        Ok(Some(
-            (0..rows.num_rows())
-                .map(|i| {
-                    // A NULL bound never closes: such rows have no window.
-                    let close = if bounds.is_null(i) {
-                        i64::MAX
-                    } else {
-                        bounds.value(i).saturating_add(window.offset)
-                    };
-                    [close_prefix(close).as_slice(), rows.row(i).data()].concat()
-                })
-                .collect(),
-        ))
+        // A NULL bound never closes: such rows have no window.
+        let closes: Int64Array = bounds
+            .iter()
+            .map(|b| Some(b.map_or(i64::MAX, |b| b.saturating_add(window.offset))))
+            .collect();
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(closes)];
+        columns.extend(group_columns.iter().cloned());
+        Ok(Some(self.group_keys.convert_columns(&columns)?))
+    }
+
+    /// The smallest key of a group whose window closes after `watermark`.
+    fn close_bound(watermark: i64) -> Result<Vec<u8>> {
+        let converter = RowConverter::new(vec![SortField::new(DataType::Int64)])?;
+        let bound: ArrayRef = Arc::new(Int64Array::from(vec![watermark.saturating_add(1)]));
+        let rows = converter.convert_columns(&[bound])?;
+        Ok(rows.row(0).data().to_vec())
     }
 
     fn group_key(cx: &Context<'_>, group: &[u8]) -> Vec<u8> {
@@ -304,24 +290,24 @@ impl Aggregate {
         cx.key(&suffix)
     }
 
-    fn touch<'s>(&'s mut self, group: &[u8], cx: &Context<'_>) -> Result<&'s mut Touched> {
-        if !self.touched.contains_key(group) {
-            let aggs = self.aggs.len();
-            let loaded = match cx.state.get(&Self::group_key(cx, group))? {
-                Some(bytes) => {
-                    let (state, emitted) = GroupState::decode(&bytes, aggs)?;
-                    Touched { state, emitted }
-                }
-                None => Touched {
-                    state: GroupState::new(aggs),
-                    emitted: None,
-                },
-            };
-            self.touched.insert(group.to_vec(), loaded);
+    /// The group's place among the touched ones, loading it from state on first touch.
+    fn slot(&mut self, group: &[u8], cx: &Context<'_>) -> Result<usize> {
+        if let Some(slot) = self.index.get(group) {
+            return Ok(*slot);
         }
-        self.touched
-            .get_mut(group)
-            .ok_or_else(|| Error::Internal("a touched group vanished".into()))
+        let aggs = self.aggs.len();
+        let (state, emitted) = match cx.state.get(&Self::group_key(cx, group))? {
+            Some(bytes) => GroupState::decode(&bytes, aggs)?,
+            None => (GroupState::new(aggs), None),
+        };
+        self.touched.push(Group {
+            key: group.to_vec(),
+            state,
+            emitted,
+        });
+        let slot = self.touched.len() - 1;
+        self.index.insert(group.to_vec(), slot);
+        Ok(slot)
     }
 
     fn evaluate_args(&self, batch: &ChangeBatch) -> Result<Vec<Option<ArrayRef>>> {
@@ -353,7 +339,16 @@ impl Operator for Aggregate {
                 None => format!("{:?}", a.kind),
             })
             .collect();
-        format!("group=[{}] aggs=[{}]", groups.join(", "), aggs.join(", "))
+        let window = match (self.window, self.on_close) {
+            (Some(_), true) => " emit=on window close",
+            (Some(_), false) => " windowed",
+            (None, _) => "",
+        };
+        format!(
+            "group=[{}] aggs=[{}]{window}",
+            groups.join(", "),
+            aggs.join(", ")
+        )
     }
 
     fn on_changes(
@@ -368,12 +363,7 @@ impl Operator for Aggregate {
             .iter()
             .map(|g| g.evaluate(batch.rows())?.into_array(n))
             .collect::<datafusion::error::Result<Vec<_>>>()?;
-        let group_rows = if self.is_global() {
-            None
-        } else {
-            Some(self.group_keys.convert_columns(&group_columns)?)
-        };
-        let windowed = self.windowed_keys(&group_columns, group_rows.as_ref())?;
+        let keys = self.batch_keys(&group_columns)?;
         let args = self.evaluate_args(&batch)?;
         let inputs = args
             .iter()
@@ -382,45 +372,37 @@ impl Operator for Aggregate {
             .map(|((arg, spec), values)| Input::prepare(spec, arg.as_ref(), values.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs();
-        // Fold the batch per group first, so each group is looked up once a batch.
-        let mut local: HashMap<&[u8], usize> = HashMap::new();
-        let mut keys: Vec<&[u8]> = Vec::new();
-        let mut partial: Vec<GroupState> = Vec::new();
-        let mut values: HashMap<(usize, usize, &[u8]), i64> = HashMap::new();
+        // Each group is looked up once a batch, then updated in place.
+        let mut local: FastMap<&[u8], usize> = FastMap::default();
+        let mut values: FastMap<(usize, usize, &[u8]), i64> = FastMap::default();
         for row in 0..n {
             let diff = diffs.value(row);
-            let key: &[u8] = match (&windowed, &group_rows) {
-                (Some(keys), _) => &keys[row],
-                (None, Some(rows)) => rows.row(row).data(),
-                (None, None) => &[],
+            let key: &[u8] = keys.as_ref().map_or(&[], |rows| rows.row(row).data());
+            let slot = match local.get(key) {
+                Some(slot) => *slot,
+                None => {
+                    let slot = self.slot(key, cx)?;
+                    local.insert(key, slot);
+                    slot
+                }
             };
-            let index = *local.entry(key).or_insert_with(|| {
-                keys.push(key);
-                partial.push(GroupState::new(self.aggs.len()));
-                keys.len() - 1
-            });
-            let state = &mut partial[index];
+            let state = &mut self.touched[slot].state;
             state.rows += diff;
             for (a, input) in inputs.iter().enumerate() {
                 input.apply(a, row, diff, state);
                 if let Some(value) = input.multiset_value(row) {
-                    if self.aggs[a].append_only && self.aggs[a].kind != AggKind::CountDistinct {
-                        keep_extreme(&mut state.extremes[a], value, self.aggs[a].kind);
+                    let spec = &self.aggs[a];
+                    if spec.append_only && spec.kind != AggKind::CountDistinct {
+                        keep_extreme(&mut state.extremes[a], value, spec.kind);
                     } else {
-                        *values.entry((a, index, value)).or_insert(0) += diff;
+                        *values.entry((a, slot, value)).or_insert(0) += diff;
                     }
                 }
             }
         }
-        let kinds = self.kinds.clone();
-        for (index, delta) in partial.into_iter().enumerate() {
-            self.touch(keys[index], cx)?.state.absorb(&delta, &kinds);
-        }
-        for ((a, index, value), delta) in values {
-            *self
-                .multiset
-                .entry((a, keys[index].to_vec(), value.to_vec()))
-                .or_insert(0) += delta;
+        for ((a, slot, value), delta) in values {
+            let group = self.touched[slot].key.clone();
+            *self.multiset.entry((a, group, value.to_vec())).or_insert(0) += delta;
         }
         Ok(())
     }
@@ -430,12 +412,18 @@ impl Operator for Aggregate {
         _barrier: crate::dataflow::change::Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        self.flush(cx)
+        if self.is_global() {
+            // The single group of a global aggregate exists from the start.
+            self.slot(&[], cx)?;
+        }
+        self.apply_multisets(cx)?;
+        self.index.clear();
+        let groups = std::mem::take(&mut self.touched);
+        self.settle(groups, false, cx)
     }
 
     fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
         if self.window.is_some() {
-            self.flush(cx)?;
             self.close_windows(wm.micros, cx)?;
         }
         Ok(Some(wm))
@@ -443,50 +431,59 @@ impl Operator for Aggregate {
 }
 
 impl Aggregate {
-    /// Write every touched group back and emit how its row changed (held
-    /// back until the window closes under `EMIT ON WINDOW CLOSE`).
-    fn flush(&mut self, cx: &mut Context<'_>) -> Result<()> {
-        if self.is_global() {
-            // The single group of a global aggregate exists from the start.
-            self.touch(&[], cx)?;
-        }
-        self.apply_multisets(cx)?;
-        let touched = std::mem::take(&mut self.touched);
+    /// Write groups back and emit how their rows changed; a group whose
+    /// window has `closed` is emitted a last time (its only time under
+    /// `EMIT ON WINDOW CLOSE`) and its state deleted.
+    fn settle(&mut self, groups: Vec<Group>, closed: bool, cx: &mut Context<'_>) -> Result<()> {
         let mut retract: Vec<Vec<u8>> = Vec::new();
         let mut insert: Vec<Vec<ScalarValue>> = Vec::new();
-        for (group, t) in touched {
-            let alive = t.state.rows > 0 || self.is_global();
+        for group in groups {
+            let alive = group.state.rows > 0 || self.is_global();
+            let key = Self::group_key(cx, &group.key);
             if !alive {
-                retract.extend(t.emitted.clone());
-                cx.state.delete(Self::group_key(cx, &group));
+                retract.extend(group.emitted);
+                cx.state.delete(key);
                 continue;
             }
-            if self.on_close {
-                cx.state
-                    .put(Self::group_key(cx, &group), t.state.encode(None));
+            if self.on_close && !closed {
+                cx.state.put(key, group.state.encode(None));
                 continue;
             }
-            let new_row = self.output_row(&group, &t.state, cx)?;
+            let new_row = self.output_row(&group.key, &group.state, cx)?;
             let new_bytes = self.encode_output(&new_row)?;
-            if Some(&new_bytes) != t.emitted.as_ref() {
-                retract.extend(t.emitted.clone());
+            if Some(&new_bytes) != group.emitted.as_ref() {
+                retract.extend(group.emitted);
                 insert.push(new_row);
             }
-            cx.state.put(
-                Self::group_key(cx, &group),
-                t.state.encode(Some(&new_bytes)),
-            );
+            if closed {
+                cx.state.delete(key);
+                self.forget_values(&group.key, cx)?;
+            } else {
+                cx.state.put(key, group.state.encode(Some(&new_bytes)));
+            }
         }
         let batch = self.changes(retract, insert)?;
         cx.emit(batch);
         Ok(())
     }
 
-    /// Forget every group whose window the watermark has reached, emitting
-    /// its final row first under `EMIT ON WINDOW CLOSE`.
+    /// Settle the groups whose window the watermark has reached: first the
+    /// ones touched this epoch, then the committed ones.
     fn close_windows(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
+        self.apply_multisets(cx)?;
+        let bound = Self::close_bound(watermark)?;
+        let (closing, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.touched)
+            .into_iter()
+            .partition(|g| g.key.as_slice() < bound.as_slice());
+        self.index = open
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.key.clone(), i))
+            .collect();
+        self.touched = open;
+        self.settle(closing, true, cx)?;
         let lower = cx.key(b"g");
-        let upper = cx.key(&[b"g".as_slice(), &close_prefix(watermark.saturating_add(1))].concat());
+        let upper = cx.key(&[b"g".as_slice(), &bound].concat());
         let mut insert = Vec::new();
         for (key, value) in cx.state.scan(&lower, &upper)? {
             let group = key[lower.len()..].to_vec();
@@ -495,20 +492,26 @@ impl Aggregate {
                 insert.push(self.output_row(&group, &state, cx)?);
             }
             cx.state.delete(key);
-            for (agg, values) in self.values.iter().enumerate() {
-                if values.is_none()
-                    || (self.aggs[agg].append_only && self.aggs[agg].kind != AggKind::CountDistinct)
-                {
-                    continue;
-                }
-                let prefix = Self::multiset_prefix(cx, agg, &group);
-                for (entry, _) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
-                    cx.state.delete(entry);
-                }
-            }
+            self.forget_values(&group, cx)?;
         }
         let batch = self.changes(Vec::new(), insert)?;
         cx.emit(batch);
+        Ok(())
+    }
+
+    /// Delete a group's multisets.
+    fn forget_values(&self, group: &[u8], cx: &mut Context<'_>) -> Result<()> {
+        for (agg, spec) in self.aggs.iter().enumerate() {
+            let kept = self.values[agg].is_some()
+                && (!spec.append_only || spec.kind == AggKind::CountDistinct);
+            if !kept {
+                continue;
+            }
+            let prefix = Self::multiset_prefix(cx, agg, group);
+            for (entry, _) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
+                cx.state.delete(entry);
+            }
+        }
         Ok(())
     }
 
@@ -539,7 +542,8 @@ impl Aggregate {
             if self.aggs[agg].kind == AggKind::CountDistinct {
                 let change = i64::from(new > 0) - i64::from(old > 0);
                 if change != 0 {
-                    self.touch(&group, cx)?.state.counts[agg] += change;
+                    let slot = self.slot(&group, cx)?;
+                    self.touched[slot].state.counts[agg] += change;
                 }
             }
         }
@@ -555,10 +559,9 @@ impl Aggregate {
         let mut values: Vec<ScalarValue> = Vec::with_capacity(self.schema.fields().len());
         if !self.is_global() {
             let parser = self.group_keys.parser();
-            let columns = self
-                .group_keys
-                .convert_rows([parser.parse(self.group_values(group))])?;
-            for column in &columns {
+            let columns = self.group_keys.convert_rows([parser.parse(group)])?;
+            let skip = usize::from(self.window.is_some());
+            for column in &columns[skip..] {
                 values.push(ScalarValue::try_from_array(column, 0)?);
             }
         }
@@ -920,7 +923,8 @@ mod tests {
                 offset: 0,
             },
             true,
-        );
+        )
+        .expect("window");
         let mut most = 0;
         let mut emitted = 0;
         // An endless stream: 200 windows of 10 keys, 5 rows a key each.
