@@ -3,10 +3,12 @@
 //!
 //! # Algorithm
 //! Each input row adds its weight to its group: the group's row count, and
-//! each aggregate's running state. Groups touched during an epoch are kept in
-//! memory until the barrier; there the operator emits, per touched group, a
+//! each aggregate's running state. Groups are kept in memory (up to
+//! [`CACHE_GROUPS`] of them, beyond which the cache starts over) and marked
+//! when touched; at the barrier the operator emits, per touched group, a
 //! retraction of the row it last emitted and the group's new row (nothing
-//! when they are equal), and writes the group back. A group whose row count
+//! when they are equal), and writes the group back to state, which is the
+//! truth after a restart. A group whose row count
 //! drops to zero disappears (except the single group of an aggregate without
 //! GROUP BY, which always has a row, as in SQL).
 //!
@@ -153,11 +155,16 @@ impl GroupState {
     }
 }
 
-/// A group touched during the epoch, with the row it last emitted.
+/// Groups kept in memory between barriers; beyond this the cache starts over.
+pub const CACHE_GROUPS: usize = 100_000;
+
+/// A group in memory, with the row it last emitted.
 struct Group {
     key: Vec<u8>,
     state: GroupState,
     emitted: Option<Vec<u8>>,
+    /// Touched since it was last written back.
+    dirty: bool,
 }
 
 type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
@@ -188,9 +195,14 @@ pub struct Aggregate {
     /// `schema` with every column nullable, for the batches it emits.
     nullable_schema: SchemaRef,
     output: RowConverter,
-    /// Groups touched since the last barrier, and where each one is.
-    touched: Vec<Group>,
+    /// Groups in memory, and where each one is.
+    groups_cache: Vec<Group>,
     index: FastMap<Vec<u8>, usize>,
+    /// The smallest key in the cache, for windowed groups: nothing in the
+    /// cache closes before it.
+    earliest: Option<Vec<u8>>,
+    /// Most groups kept in memory.
+    cache_limit: usize,
     /// Pending multiset changes: (aggregate, group key, value) -> weight.
     multiset: FastMap<(usize, Vec<u8>, Vec<u8>), i64>,
 }
@@ -231,8 +243,10 @@ impl Aggregate {
             nullable_schema: crate::catalog::nullable(&schema),
             schema,
             output,
-            touched: Vec::new(),
+            groups_cache: Vec::new(),
             index: FastMap::default(),
+            earliest: None,
+            cache_limit: CACHE_GROUPS,
             multiset: FastMap::default(),
         })
     }
@@ -290,9 +304,10 @@ impl Aggregate {
         cx.key(&suffix)
     }
 
-    /// The group's place among the touched ones, loading it from state on first touch.
+    /// Touch a group: its place in the cache, loaded from state if missing.
     fn slot(&mut self, group: &[u8], cx: &Context<'_>) -> Result<usize> {
         if let Some(slot) = self.index.get(group) {
+            self.groups_cache[*slot].dirty = true;
             return Ok(*slot);
         }
         let aggs = self.aggs.len();
@@ -300,14 +315,34 @@ impl Aggregate {
             Some(bytes) => GroupState::decode(&bytes, aggs)?,
             None => (GroupState::new(aggs), None),
         };
-        self.touched.push(Group {
+        self.groups_cache.push(Group {
             key: group.to_vec(),
             state,
             emitted,
+            dirty: true,
         });
-        let slot = self.touched.len() - 1;
+        if self.window.is_some() && self.earliest.as_deref().is_none_or(|e| group < e) {
+            self.earliest = Some(group.to_vec());
+        }
+        let slot = self.groups_cache.len() - 1;
         self.index.insert(group.to_vec(), slot);
         Ok(slot)
+    }
+
+    /// Replace the cache, reindexing it.
+    fn set_cache(&mut self, groups: Vec<Group>) {
+        let groups = if groups.len() > self.cache_limit {
+            Vec::new()
+        } else {
+            groups
+        };
+        self.index = groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.key.clone(), i))
+            .collect();
+        self.earliest = groups.iter().map(|g| &g.key).min().cloned();
+        self.groups_cache = groups;
     }
 
     fn evaluate_args(&self, batch: &ChangeBatch) -> Result<Vec<Option<ArrayRef>>> {
@@ -386,7 +421,7 @@ impl Operator for Aggregate {
                     slot
                 }
             };
-            let state = &mut self.touched[slot].state;
+            let state = &mut self.groups_cache[slot].state;
             state.rows += diff;
             for (a, input) in inputs.iter().enumerate() {
                 input.apply(a, row, diff, state);
@@ -401,7 +436,7 @@ impl Operator for Aggregate {
             }
         }
         for ((a, slot, value), delta) in values {
-            let group = self.touched[slot].key.clone();
+            let group = self.groups_cache[slot].key.clone();
             *self.multiset.entry((a, group, value.to_vec())).or_insert(0) += delta;
         }
         Ok(())
@@ -412,14 +447,31 @@ impl Operator for Aggregate {
         _barrier: crate::dataflow::change::Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        if self.is_global() {
+        if self.is_global() && !self.index.contains_key(&[][..]) {
             // The single group of a global aggregate exists from the start.
             self.slot(&[], cx)?;
         }
         self.apply_multisets(cx)?;
-        self.index.clear();
-        let groups = std::mem::take(&mut self.touched);
-        self.settle(groups, false, cx)
+        if !self.groups_cache.iter().any(|g| g.dirty) {
+            return Ok(());
+        }
+        let groups = std::mem::take(&mut self.groups_cache);
+        let count = groups.len();
+        let mut out = Changes::default();
+        let mut kept = Vec::with_capacity(count);
+        for mut group in groups {
+            if !group.dirty || self.settle(&mut group, false, &mut out, cx)? {
+                kept.push(group);
+            }
+        }
+        if kept.len() == count && count <= self.cache_limit {
+            self.groups_cache = kept;
+        } else {
+            self.set_cache(kept);
+        }
+        let batch = self.changes(out.retract, out.insert)?;
+        cx.emit(batch);
+        Ok(())
     }
 
     fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
@@ -430,71 +482,89 @@ impl Operator for Aggregate {
     }
 }
 
+/// Rows an operator call retracts and inserts.
+#[derive(Default)]
+struct Changes {
+    retract: Vec<Vec<u8>>,
+    insert: Vec<Vec<ScalarValue>>,
+}
+
 impl Aggregate {
-    /// Write groups back and emit how their rows changed; a group whose
-    /// window has `closed` is emitted a last time (its only time under
-    /// `EMIT ON WINDOW CLOSE`) and its state deleted.
-    fn settle(&mut self, groups: Vec<Group>, closed: bool, cx: &mut Context<'_>) -> Result<()> {
-        let mut retract: Vec<Vec<u8>> = Vec::new();
-        let mut insert: Vec<Vec<ScalarValue>> = Vec::new();
-        for group in groups {
-            let alive = group.state.rows > 0 || self.is_global();
-            let key = Self::group_key(cx, &group.key);
-            if !alive {
-                retract.extend(group.emitted);
-                cx.state.delete(key);
-                continue;
-            }
-            if self.on_close && !closed {
-                cx.state.put(key, group.state.encode(None));
-                continue;
-            }
-            let new_row = self.output_row(&group.key, &group.state, cx)?;
-            let new_bytes = self.encode_output(&new_row)?;
-            if Some(&new_bytes) != group.emitted.as_ref() {
-                retract.extend(group.emitted);
-                insert.push(new_row);
-            }
-            if closed {
-                cx.state.delete(key);
-                self.forget_values(&group.key, cx)?;
-            } else {
-                cx.state.put(key, group.state.encode(Some(&new_bytes)));
-            }
+    /// Write a touched group back and note how its row changed; a group
+    /// whose window has `closed` is noted a last time (its only time under
+    /// `EMIT ON WINDOW CLOSE`) and its state deleted. Returns whether the
+    /// group stays in the cache.
+    fn settle(
+        &mut self,
+        group: &mut Group,
+        closed: bool,
+        out: &mut Changes,
+        cx: &mut Context<'_>,
+    ) -> Result<bool> {
+        let alive = group.state.rows > 0 || self.is_global();
+        let key = Self::group_key(cx, &group.key);
+        group.dirty = false;
+        if !alive {
+            out.retract.extend(group.emitted.take());
+            cx.state.delete(key);
+            return Ok(false);
         }
-        let batch = self.changes(retract, insert)?;
-        cx.emit(batch);
-        Ok(())
+        if self.on_close && !closed {
+            cx.state.put(key, group.state.encode(None));
+            return Ok(true);
+        }
+        let new_row = self.output_row(&group.key, &group.state, cx)?;
+        let new_bytes = self.encode_output(&new_row)?;
+        if Some(&new_bytes) != group.emitted.as_ref() {
+            out.retract.extend(group.emitted.take());
+            out.insert.push(new_row);
+        }
+        if closed {
+            cx.state.delete(key);
+            self.forget_values(&group.key, cx)?;
+            return Ok(false);
+        }
+        cx.state.put(key, group.state.encode(Some(&new_bytes)));
+        group.emitted = Some(new_bytes);
+        Ok(true)
     }
 
     /// Settle the groups whose window the watermark has reached: first the
-    /// ones touched this epoch, then the committed ones.
+    /// ones in memory, then the rest from state.
     fn close_windows(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
         self.apply_multisets(cx)?;
         let bound = Self::close_bound(watermark)?;
-        let (closing, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.touched)
-            .into_iter()
-            .partition(|g| g.key.as_slice() < bound.as_slice());
-        self.index = open
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (g.key.clone(), i))
-            .collect();
-        self.touched = open;
-        self.settle(closing, true, cx)?;
+        let mut out = Changes::default();
+        if self
+            .earliest
+            .as_deref()
+            .is_some_and(|e| e < bound.as_slice())
+        {
+            let (closing, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.groups_cache)
+                .into_iter()
+                .partition(|g| g.key.as_slice() < bound.as_slice());
+            self.set_cache(open);
+            for mut group in closing {
+                if group.dirty || self.on_close {
+                    self.settle(&mut group, true, &mut out, cx)?;
+                } else {
+                    cx.state.delete(Self::group_key(cx, &group.key));
+                    self.forget_values(&group.key, cx)?;
+                }
+            }
+        }
         let lower = cx.key(b"g");
         let upper = cx.key(&[b"g".as_slice(), &bound].concat());
-        let mut insert = Vec::new();
         for (key, value) in cx.state.scan(&lower, &upper)? {
             let group = key[lower.len()..].to_vec();
             if self.on_close {
                 let (state, _) = GroupState::decode(&value, self.aggs.len())?;
-                insert.push(self.output_row(&group, &state, cx)?);
+                out.insert.push(self.output_row(&group, &state, cx)?);
             }
             cx.state.delete(key);
             self.forget_values(&group, cx)?;
         }
-        let batch = self.changes(Vec::new(), insert)?;
+        let batch = self.changes(out.retract, out.insert)?;
         cx.emit(batch);
         Ok(())
     }
@@ -543,7 +613,7 @@ impl Aggregate {
                 let change = i64::from(new > 0) - i64::from(old > 0);
                 if change != 0 {
                     let slot = self.slot(&group, cx)?;
-                    self.touched[slot].state.counts[agg] += change;
+                    self.groups_cache[slot].state.counts[agg] += change;
                 }
             }
         }
@@ -867,6 +937,26 @@ mod tests {
             epoch(&mut op, &store, pretty("T I", "+ a 1\n+ a 4")),
             vec!["+1 a 4 13 1", "-1 a 2 8 3"]
         );
+    }
+
+    #[test]
+    fn a_full_cache_starts_over_without_changing_results() {
+        let run = |limit: usize| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = Store::open(dir.path()).expect("store");
+            let mut op = sum_min_by_group();
+            op.cache_limit = limit;
+            let mut out = Vec::new();
+            for input in [
+                "+ a 5\n+ b 3\n+ c 7\n+ d 1",
+                "- a 5\n+ a 2\n+ e 9\n- d 1",
+                "+ b 4\n+ c 1\n+ f 6\n+ a 8",
+            ] {
+                out.push(epoch(&mut op, &store, pretty("T I", input)));
+            }
+            out
+        };
+        assert_eq!(run(2), run(CACHE_GROUPS));
     }
 
     #[test]
