@@ -18,6 +18,7 @@ use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
+use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
@@ -382,6 +383,9 @@ impl<'a> Planner<'a> {
             ("avg", false) | ("mean", false) => AggKind::Avg,
             ("min", _) => AggKind::Min,
             ("max", _) => AggKind::Max,
+            _ if append_only => {
+                return self.accumulator(func, &params.args, params.distinct, schema);
+            }
             (name, distinct) => {
                 let what = if distinct {
                     format!("{name}(DISTINCT ...)")
@@ -389,7 +393,7 @@ impl<'a> Planner<'a> {
                     format!("{name}(...)")
                 };
                 return Err(Error::NotSupported(format!(
-                    "aggregate {what} is not supported in a materialized view yet; supported: count, count(DISTINCT), sum, avg, min, max"
+                    "aggregate {what} over an input that can change is not supported in a materialized view yet; supported: count, count(DISTINCT), sum, avg, min, max, and any aggregate over append-only input"
                 )));
             }
         };
@@ -414,6 +418,12 @@ impl<'a> Planner<'a> {
             Some(arg) => arg.get_type(schema)?,
             None => DataType::Null,
         };
+        let exact = arg_type.is_integer()
+            || arg_type.is_floating()
+            || matches!(arg_type, DataType::Decimal128(..));
+        if matches!(kind, AggKind::Sum | AggKind::Avg) && !exact && append_only {
+            return self.accumulator(func, &params.args, params.distinct, schema);
+        }
         if matches!(kind, AggKind::Sum | AggKind::Avg)
             && !(arg_type.is_integer()
                 || arg_type.is_floating()
@@ -429,6 +439,36 @@ impl<'a> Planner<'a> {
             kind,
             arg,
             arg_type,
+            accumulator: None,
+        })
+    }
+
+    /// Any DataFusion aggregate over append-only input: its accumulator
+    /// never has to retract, and its state is kept per group.
+    fn accumulator(
+        &self,
+        func: &Arc<datafusion::logical_expr::AggregateUDF>,
+        args: &[Expr],
+        distinct: bool,
+        schema: &DFSchema,
+    ) -> Result<AggSpec> {
+        let args = args
+            .iter()
+            .map(|a| self.expr(a, schema))
+            .collect::<Result<Vec<_>>>()?;
+        let aggregate = AggregateExprBuilder::new(func.clone(), args)
+            .schema(Arc::new(schema.as_arrow().clone()))
+            .alias(func.name())
+            .with_distinct(distinct)
+            .build()?;
+        // Refuse at CREATE what could not run.
+        aggregate.create_accumulator()?;
+        Ok(AggSpec {
+            append_only: true,
+            kind: AggKind::Accumulator,
+            arg: None,
+            arg_type: DataType::Null,
+            accumulator: Some(Arc::new(aggregate)),
         })
     }
 }

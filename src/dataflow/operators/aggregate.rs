@@ -34,12 +34,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use datafusion::arrow::array::UInt32Array;
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::compute::take;
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
@@ -55,6 +58,8 @@ pub enum AggKind {
     Avg,
     Min,
     Max,
+    /// Any DataFusion aggregate, through its accumulator (append-only input).
+    Accumulator,
 }
 
 pub struct AggSpec {
@@ -64,6 +69,8 @@ pub struct AggSpec {
     /// The argument; `None` for count(*).
     pub arg: Option<Arc<dyn PhysicalExpr>>,
     pub arg_type: DataType,
+    /// For [`AggKind::Accumulator`]: the aggregate, with its arguments.
+    pub accumulator: Option<Arc<AggregateFunctionExpr>>,
 }
 
 /// Running state of one group.
@@ -77,7 +84,8 @@ struct GroupState {
     /// Per aggregate: sum of floating-point inputs.
     float_sums: Vec<f64>,
     /// Per aggregate: min or max over append-only input (row format), kept
-    /// without a multiset since nothing is ever retracted.
+    /// without a multiset since nothing is ever retracted; or an
+    /// accumulator's state (row format).
     extremes: Vec<Option<Vec<u8>>>,
 }
 
@@ -191,6 +199,8 @@ pub struct Aggregate {
     aggs: Vec<AggSpec>,
     /// Per aggregate with a multiset: the converter for its values.
     values: Vec<Option<RowConverter>>,
+    /// Per accumulator aggregate: the converter for its state.
+    states: Vec<Option<RowConverter>>,
     schema: SchemaRef,
     /// `schema` with every column nullable, for the batches it emits.
     nullable_schema: SchemaRef,
@@ -225,6 +235,20 @@ impl Aggregate {
                 _ => Ok(None),
             })
             .collect::<Result<_, _>>()?;
+        let states = aggs
+            .iter()
+            .map(|a| match &a.accumulator {
+                Some(aggregate) => {
+                    let fields = aggregate
+                        .state_fields()?
+                        .iter()
+                        .map(|f| SortField::new(f.data_type().clone()))
+                        .collect();
+                    Ok(Some(RowConverter::new(fields)?))
+                }
+                None => Ok(None),
+            })
+            .collect::<Result<_>>()?;
         let output = RowConverter::new(
             schema
                 .fields()
@@ -234,6 +258,7 @@ impl Aggregate {
         )?;
         Ok(Aggregate {
             groups,
+            states,
             group_types,
             window: None,
             on_close: false,
@@ -369,9 +394,10 @@ impl Operator for Aggregate {
         let aggs: Vec<String> = self
             .aggs
             .iter()
-            .map(|a| match &a.arg {
-                Some(arg) => format!("{:?}({arg})", a.kind),
-                None => format!("{:?}", a.kind),
+            .map(|a| match (&a.accumulator, &a.arg) {
+                (Some(aggregate), _) => format!("Accumulator({})", aggregate.name()),
+                (None, Some(arg)) => format!("{:?}({arg})", a.kind),
+                (None, None) => format!("{:?}", a.kind),
             })
             .collect();
         let window = match (self.window, self.on_close) {
@@ -410,6 +436,8 @@ impl Operator for Aggregate {
         // Each group is looked up once a batch, then updated in place.
         let mut local: FastMap<&[u8], usize> = FastMap::default();
         let mut values: FastMap<(usize, usize, &[u8]), i64> = FastMap::default();
+        let accumulating = self.aggs.iter().any(|a| a.accumulator.is_some());
+        let mut slots: Vec<usize> = Vec::new();
         for row in 0..n {
             let diff = diffs.value(row);
             let key: &[u8] = keys.as_ref().map_or(&[], |rows| rows.row(row).data());
@@ -421,6 +449,9 @@ impl Operator for Aggregate {
                     slot
                 }
             };
+            if accumulating {
+                slots.push(slot);
+            }
             let state = &mut self.groups_cache[slot].state;
             state.rows += diff;
             for (a, input) in inputs.iter().enumerate() {
@@ -434,6 +465,9 @@ impl Operator for Aggregate {
                     }
                 }
             }
+        }
+        if accumulating {
+            self.accumulate(&batch, &slots)?;
         }
         for ((a, slot, value), delta) in values {
             let group = self.groups_cache[slot].key.clone();
@@ -569,6 +603,76 @@ impl Aggregate {
         Ok(())
     }
 
+    /// Feed each group's rows of a batch to its accumulators, and keep
+    /// their state.
+    fn accumulate(&mut self, batch: &ChangeBatch, slots: &[usize]) -> Result<()> {
+        if batch.diffs().values().iter().any(|d| *d != 1) {
+            return Err(Error::NotSupported(
+                "an aggregate kept by its accumulator needs an append-only input, and this one retracted rows".into(),
+            ));
+        }
+        let mut rows_of: FastMap<usize, Vec<u32>> = FastMap::default();
+        for (row, slot) in slots.iter().enumerate() {
+            rows_of.entry(*slot).or_default().push(row as u32);
+        }
+        for a in 0..self.aggs.len() {
+            let Some(aggregate) = self.aggs[a].accumulator.clone() else {
+                continue;
+            };
+            let args = aggregate
+                .expressions()
+                .iter()
+                .map(|e| e.evaluate(batch.rows())?.into_array(batch.len()))
+                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            for (slot, rows) in &rows_of {
+                let indices = UInt32Array::from(rows.clone());
+                let taken = args
+                    .iter()
+                    .map(|arg| Ok(take(arg, &indices, None)?))
+                    .collect::<Result<Vec<_>>>()?;
+                let held = self.groups_cache[*slot].state.extremes[a].take();
+                let mut accumulator = self.restore(a, &aggregate, held.as_deref())?;
+                accumulator.update_batch(&taken)?;
+                let state = self.save(a, accumulator.as_mut())?;
+                self.groups_cache[*slot].state.extremes[a] = Some(state);
+            }
+        }
+        Ok(())
+    }
+
+    /// A fresh accumulator, with the state it had kept, if any.
+    fn restore(
+        &self,
+        a: usize,
+        aggregate: &AggregateFunctionExpr,
+        held: Option<&[u8]>,
+    ) -> Result<Box<dyn datafusion::logical_expr::Accumulator>> {
+        let mut accumulator = aggregate.create_accumulator()?;
+        if let (Some(bytes), Some(converter)) = (held, &self.states[a]) {
+            let parser = converter.parser();
+            let states = converter.convert_rows([parser.parse(bytes)])?;
+            accumulator.merge_batch(&states)?;
+        }
+        Ok(accumulator)
+    }
+
+    fn save(
+        &self,
+        a: usize,
+        accumulator: &mut dyn datafusion::logical_expr::Accumulator,
+    ) -> Result<Vec<u8>> {
+        let converter = self.states[a]
+            .as_ref()
+            .ok_or_else(|| Error::Internal("an accumulator without a state converter".into()))?;
+        let columns = accumulator
+            .state()?
+            .iter()
+            .map(|v| v.to_array())
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let rows = converter.convert_columns(&columns)?;
+        Ok(rows.row(0).data().to_vec())
+    }
+
     /// Delete a group's multisets.
     fn forget_values(&self, group: &[u8], cx: &mut Context<'_>) -> Result<()> {
         for (agg, spec) in self.aggs.iter().enumerate() {
@@ -666,6 +770,13 @@ impl Aggregate {
                 };
                 ScalarValue::Float64(Some(total / n as f64))
             }
+            AggKind::Accumulator => {
+                let aggregate = spec.accumulator.as_ref().ok_or_else(|| {
+                    Error::Internal("an accumulator aggregate without its function".into())
+                })?;
+                let mut accumulator = self.restore(a, aggregate, state.extremes[a].as_deref())?;
+                accumulator.evaluate()?
+            }
             AggKind::Min | AggKind::Max if spec.append_only => {
                 match (&state.extremes[a], &self.values[a]) {
                     (Some(value), Some(converter)) => {
@@ -756,7 +867,7 @@ impl Input {
             return Ok(Input::None);
         };
         Ok(match spec.kind {
-            AggKind::CountStar => Input::None,
+            AggKind::CountStar | AggKind::Accumulator => Input::None,
             AggKind::Count => Input::Valid(arg.clone()),
             AggKind::Sum | AggKind::Avg if is_float(&spec.arg_type) => {
                 Input::Floats(cast(arg, &DataType::Float64)?)
@@ -871,18 +982,21 @@ mod tests {
                 kind: AggKind::CountStar,
                 arg: None,
                 arg_type: DataType::Null,
+                accumulator: None,
             },
             AggSpec {
                 append_only: false,
                 kind: AggKind::Sum,
                 arg: Some(column(1)),
                 arg_type: DataType::Int64,
+                accumulator: None,
             },
             AggSpec {
                 append_only: false,
                 kind: AggKind::Min,
                 arg: Some(column(1)),
                 arg_type: DataType::Int64,
+                accumulator: None,
             },
         ];
         Aggregate::new(vec![column(0)], vec![DataType::Utf8], aggs, schema).expect("aggregate")
@@ -999,6 +1113,7 @@ mod tests {
             kind: AggKind::Max,
             arg: Some(column(2)),
             arg_type: DataType::Int64,
+            accumulator: None,
         };
         let mut op = Aggregate::new(
             vec![column(0), column(1)],
