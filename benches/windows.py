@@ -52,6 +52,7 @@ import os
 import statistics
 import sys
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ingest  # noqa: E402  (benches/ingest.py: WeirServer, /proc helpers)
@@ -186,19 +187,32 @@ def run_memory(args) -> list[dict]:
                 conn.execute("FLUSH")
                 if n in marks:
                     status = proc_status_kib(server.pid())
+                    state_keys = metric(server, "weir_state_keys")
                     rows = conn.execute("SELECT count(*) FROM q7").fetchone()[0]
                     point = {"events": min((n + 1) * args.chunk, args.events),
                              "rss_kib": status.get("VmRSS"), "hwm_kib": status.get("VmHWM"),
-                             "view_rows": rows}
+                             "view_rows": rows, "state_keys": state_keys}
                     points.append(point)
-                    log(f"after {point['events']:,} events: RSS {fmt_mib(point['rss_kib'])}, "
-                        f"view rows {rows}")
+                    log(f"after {point['events']:,} events: RSS {fmt_mib(point['rss_kib'])} MiB, "
+                        f"view rows {rows}, state keys {state_keys}")
 
             load(conn, args, after_chunk)
     finally:
         server.stop()
         server.cleanup_dir()
     return points
+
+
+def metric(server, name: str) -> int | None:
+    try:
+        url = f"http://127.0.0.1:{server.http_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return int(float(line.split()[1]))
+    except OSError:
+        return None
+    return None
 
 
 def median(runs: list[dict], kind: str, key: str) -> float | None:
@@ -221,10 +235,11 @@ def markdown(args, runs: list[dict], memory: list[dict]) -> str:
         out.append(f"| events per CPU-second | {fmt_int(b_cpu)} | {fmt_int(i_cpu)} | {fmt_ratio(i_cpu, b_cpu)} |")
         out.append("")
     if memory:
-        out.append("| events streamed | resident set | view rows |")
-        out.append("|---|---|---|")
+        out.append("| events streamed | resident set (MiB) | operator state keys (estimate) | view rows |")
+        out.append("|---|---|---|---|")
         for p in memory:
-            out.append(f"| {p['events']:,} | {fmt_mib(p['rss_kib'])} | {p['view_rows']:,} |")
+            out.append(f"| {p['events']:,} | {fmt_mib(p['rss_kib'])} | {fmt_int(p.get('state_keys'))} "
+                       f"| {p['view_rows']:,} |")
         out.append("")
     return "\n".join(out)
 

@@ -33,7 +33,7 @@ use crate::state::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys};
 
 /// Most records one source partition contributes to one epoch.
-pub const EPOCH_ROWS: u64 = 65_536;
+pub const EPOCH_ROWS: u64 = 262_144;
 
 const EPOCH_KEY: &[u8] = b"\xffepoch";
 
@@ -462,10 +462,9 @@ fn read_source(
             let take = (EPOCH_ROWS - read).min(chunk.entries.len() as u64) as usize;
             // A watermark holds only once its whole chunk has been read.
             let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
-            let chunk = crate::log::Chunk {
-                entries: chunk.entries.into_iter().take(take).collect(),
-                watermark,
-            };
+            let mut entries = chunk.entries;
+            entries.truncate(take);
+            let chunk = crate::log::Chunk { entries, watermark };
             batches.push((running.dataflow.sources[index].decode(&chunk)?, watermark));
             read += take as u64;
             Ok(read < EPOCH_ROWS)

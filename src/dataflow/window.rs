@@ -198,13 +198,20 @@ pub struct Assigned {
 impl Assigned {
     /// The input rows of the pairs with the window columns appended.
     pub fn apply(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-        let indices = UInt32Array::from(self.rows.clone());
         let time_type = schema.field(schema.fields().len() - 1).data_type();
-        let mut columns = batch
-            .columns()
-            .iter()
-            .map(|c| Ok(take(c, &indices, None)?))
-            .collect::<Result<Vec<ArrayRef>>>()?;
+        // One window a row, every row kept (TUMBLE, nothing late): the rows as they are.
+        let identity = self.rows.len() == batch.num_rows()
+            && self.rows.iter().enumerate().all(|(i, r)| *r as usize == i);
+        let mut columns = if identity {
+            batch.columns().to_vec()
+        } else {
+            let indices = UInt32Array::from(self.rows.clone());
+            batch
+                .columns()
+                .iter()
+                .map(|c| Ok(take(c, &indices, None)?))
+                .collect::<Result<Vec<ArrayRef>>>()?
+        };
         columns.push(bounds(&self.starts, time_type)?);
         columns.push(bounds(&self.ends, time_type)?);
         Ok(RecordBatch::try_new(schema.clone(), columns)?)
@@ -213,6 +220,9 @@ impl Assigned {
 
 fn bounds(values: &[i64], time_type: &DataType) -> Result<ArrayRef> {
     let micros: ArrayRef = Arc::new(TimestampMicrosecondArray::from(values.to_vec()));
+    if time_type == micros.data_type() {
+        return Ok(micros);
+    }
     Ok(cast(&micros, time_type)?)
 }
 

@@ -116,7 +116,8 @@ pub fn read_partition(
             return Ok(true);
         }
         let skip = from.saturating_sub(base) as usize;
-        let entries = chunk.entries.into_iter().skip(skip).collect();
+        let mut entries = chunk.entries;
+        entries.drain(..skip.min(entries.len()));
         visit(
             base + skip as u64,
             Chunk {

@@ -82,6 +82,19 @@ fn metrics(engine: &Engine) -> String {
     out.push_str(&format!(
         "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"
     ));
+    // RocksDB's estimate: what operators keep, which windows keep bounded.
+    let db = engine.store.db();
+    let state_keys = db
+        .property_int_value_cf(
+            crate::state::cf(db, crate::state::CF_STATE),
+            "rocksdb.estimate-num-keys",
+        )
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    out.push_str(&format!(
+        "# HELP weir_state_keys Estimated entries of operator state (RocksDB's estimate).\n# TYPE weir_state_keys gauge\nweir_state_keys {state_keys}\n"
+    ));
     let tables = engine.catalog.objects().len();
     out.push_str(&format!(
         "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"

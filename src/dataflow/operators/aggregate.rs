@@ -35,10 +35,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::UInt32Array;
-use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
+};
 use datafusion::arrow::compute::take;
 use datafusion::arrow::compute::{cast, concat_batches};
-use datafusion::arrow::datatypes::{DataType, Float64Type, Int64Type, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
@@ -73,20 +75,27 @@ pub struct AggSpec {
     pub accumulator: Option<Arc<AggregateFunctionExpr>>,
 }
 
-/// Running state of one group.
+/// Running state of one group: its row count and one slot per aggregate,
+/// in one allocation so that updating a group touches one place in memory.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct GroupState {
     rows: i64,
-    /// Per aggregate: non-null inputs (count, sum, avg, min, max) or distinct values.
-    counts: Vec<i64>,
-    /// Per aggregate: exact sum of integer or decimal inputs.
-    int_sums: Vec<i128>,
-    /// Per aggregate: sum of floating-point inputs.
-    float_sums: Vec<f64>,
-    /// Per aggregate: min or max over append-only input (row format), kept
-    /// without a multiset since nothing is ever retracted; or an
-    /// accumulator's state (row format).
-    extremes: Vec<Option<Vec<u8>>>,
+    slots: Vec<Slot>,
+}
+
+/// One aggregate's running state in one group.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Slot {
+    /// Non-null inputs (count, sum, avg, min, max) or distinct values.
+    count: i64,
+    /// Exact sum of integer or decimal inputs.
+    int_sum: i128,
+    /// Sum of floating-point inputs.
+    float_sum: f64,
+    /// Min or max over append-only input (row format), kept without a
+    /// multiset since nothing is ever retracted; or an accumulator's state
+    /// (row format).
+    extreme: Option<Vec<u8>>,
 }
 
 /// Keep the smaller (min) or larger (max) of two row-format values.
@@ -105,23 +114,20 @@ impl GroupState {
     fn new(aggs: usize) -> GroupState {
         GroupState {
             rows: 0,
-            counts: vec![0; aggs],
-            int_sums: vec![0; aggs],
-            float_sums: vec![0.0; aggs],
-            extremes: vec![None; aggs],
+            slots: vec![Slot::default(); aggs],
         }
     }
 
     fn encode(&self, emitted: Option<&[u8]>) -> Vec<u8> {
-        let mut out = Vec::with_capacity(8 + self.counts.len() * 32);
+        let mut out = Vec::with_capacity(8 + self.slots.len() * 32);
         out.extend_from_slice(&self.rows.to_le_bytes());
-        for i in 0..self.counts.len() {
-            out.extend_from_slice(&self.counts[i].to_le_bytes());
-            out.extend_from_slice(&self.int_sums[i].to_le_bytes());
-            out.extend_from_slice(&self.float_sums[i].to_le_bytes());
+        for slot in &self.slots {
+            out.extend_from_slice(&slot.count.to_le_bytes());
+            out.extend_from_slice(&slot.int_sum.to_le_bytes());
+            out.extend_from_slice(&slot.float_sum.to_le_bytes());
         }
-        for extreme in &self.extremes {
-            match extreme {
+        for slot in &self.slots {
+            match &slot.extreme {
                 Some(value) => {
                     out.extend_from_slice(&(value.len() as u32).to_le_bytes());
                     out.extend_from_slice(value);
@@ -143,18 +149,17 @@ impl GroupState {
         state.rows = i64::from_le_bytes(field(0, 8)?.try_into().map_err(|_| bad())?);
         for i in 0..aggs {
             let at = 8 + i * 32;
-            state.counts[i] = i64::from_le_bytes(field(at, 8)?.try_into().map_err(|_| bad())?);
-            state.int_sums[i] =
-                i128::from_le_bytes(field(at + 8, 16)?.try_into().map_err(|_| bad())?);
-            state.float_sums[i] =
-                f64::from_le_bytes(field(at + 24, 8)?.try_into().map_err(|_| bad())?);
+            let slot = &mut state.slots[i];
+            slot.count = i64::from_le_bytes(field(at, 8)?.try_into().map_err(|_| bad())?);
+            slot.int_sum = i128::from_le_bytes(field(at + 8, 16)?.try_into().map_err(|_| bad())?);
+            slot.float_sum = f64::from_le_bytes(field(at + 24, 8)?.try_into().map_err(|_| bad())?);
         }
         let mut end = 8 + aggs * 32;
         for i in 0..aggs {
             let len = u32::from_le_bytes(field(end, 4)?.try_into().map_err(|_| bad())?);
             end += 4;
             if len != u32::MAX {
-                state.extremes[i] = Some(field(end, len as usize)?.to_vec());
+                state.slots[i].extreme = Some(field(end, len as usize)?.to_vec());
                 end += len as usize;
             }
         }
@@ -433,22 +438,13 @@ impl Operator for Aggregate {
             .map(|((arg, spec), values)| Input::prepare(spec, arg.as_ref(), values.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs();
-        // Each group is looked up once a batch, then updated in place.
-        let mut local: FastMap<&[u8], usize> = FastMap::default();
         let mut values: FastMap<(usize, usize, &[u8]), i64> = FastMap::default();
         let accumulating = self.aggs.iter().any(|a| a.accumulator.is_some());
         let mut slots: Vec<usize> = Vec::new();
         for row in 0..n {
             let diff = diffs.value(row);
             let key: &[u8] = keys.as_ref().map_or(&[], |rows| rows.row(row).data());
-            let slot = match local.get(key) {
-                Some(slot) => *slot,
-                None => {
-                    let slot = self.slot(key, cx)?;
-                    local.insert(key, slot);
-                    slot
-                }
-            };
+            let slot = self.slot(key, cx)?;
             if accumulating {
                 slots.push(slot);
             }
@@ -459,7 +455,7 @@ impl Operator for Aggregate {
                 if let Some(value) = input.multiset_value(row) {
                     let spec = &self.aggs[a];
                     if spec.append_only && spec.kind != AggKind::CountDistinct {
-                        keep_extreme(&mut state.extremes[a], value, spec.kind);
+                        keep_extreme(&mut state.slots[a].extreme, value, spec.kind);
                     } else {
                         *values.entry((a, slot, value)).or_insert(0) += diff;
                     }
@@ -630,11 +626,11 @@ impl Aggregate {
                     .iter()
                     .map(|arg| Ok(take(arg, &indices, None)?))
                     .collect::<Result<Vec<_>>>()?;
-                let held = self.groups_cache[*slot].state.extremes[a].take();
+                let held = self.groups_cache[*slot].state.slots[a].extreme.take();
                 let mut accumulator = self.restore(a, &aggregate, held.as_deref())?;
                 accumulator.update_batch(&taken)?;
                 let state = self.save(a, accumulator.as_mut())?;
-                self.groups_cache[*slot].state.extremes[a] = Some(state);
+                self.groups_cache[*slot].state.slots[a].extreme = Some(state);
             }
         }
         Ok(())
@@ -717,7 +713,7 @@ impl Aggregate {
                 let change = i64::from(new > 0) - i64::from(old > 0);
                 if change != 0 {
                     let slot = self.slot(&group, cx)?;
-                    self.groups_cache[slot].state.counts[agg] += change;
+                    self.groups_cache[slot].state.slots[agg].count += change;
                 }
             }
         }
@@ -755,7 +751,7 @@ impl Aggregate {
         state: &GroupState,
         cx: &Context<'_>,
     ) -> Result<ScalarValue> {
-        let n = state.counts[a];
+        let n = state.slots[a].count;
         Ok(match spec.kind {
             AggKind::CountStar => ScalarValue::Int64(Some(state.rows)),
             AggKind::Count | AggKind::CountDistinct => ScalarValue::Int64(Some(n)),
@@ -764,9 +760,9 @@ impl Aggregate {
             AggKind::Avg if n == 0 => ScalarValue::Null,
             AggKind::Avg => {
                 let total = if is_float(&spec.arg_type) {
-                    state.float_sums[a]
+                    state.slots[a].float_sum
                 } else {
-                    state.int_sums[a] as f64 / decimal_factor(&spec.arg_type)
+                    state.slots[a].int_sum as f64 / decimal_factor(&spec.arg_type)
                 };
                 ScalarValue::Float64(Some(total / n as f64))
             }
@@ -774,11 +770,21 @@ impl Aggregate {
                 let aggregate = spec.accumulator.as_ref().ok_or_else(|| {
                     Error::Internal("an accumulator aggregate without its function".into())
                 })?;
-                let mut accumulator = self.restore(a, aggregate, state.extremes[a].as_deref())?;
+                let mut accumulator =
+                    self.restore(a, aggregate, state.slots[a].extreme.as_deref())?;
                 accumulator.evaluate()?
             }
+            AggKind::Min | AggKind::Max if native_extreme(spec) => {
+                if state.slots[a].count == 0 {
+                    ScalarValue::Null
+                } else {
+                    let value = i64::try_from(state.slots[a].int_sum)
+                        .map_err(|_| Error::Internal("an integer extreme out of range".into()))?;
+                    ScalarValue::Int64(Some(value))
+                }
+            }
             AggKind::Min | AggKind::Max if spec.append_only => {
-                match (&state.extremes[a], &self.values[a]) {
+                match (&state.slots[a].extreme, &self.values[a]) {
                     (Some(value), Some(converter)) => {
                         let parser = converter.parser();
                         let column = converter.convert_rows([parser.parse(value)])?;
@@ -848,9 +854,15 @@ impl Aggregate {
 /// An aggregate's argument for one batch, in the form its state needs.
 enum Input {
     None,
+    /// min or max of integers over append-only input, kept natively.
+    Extremes {
+        array: Int64Array,
+        max: bool,
+    },
     Valid(ArrayRef),
-    Ints(ArrayRef),
-    Floats(ArrayRef),
+    Ints(Int64Array),
+    Decimals(Decimal128Array),
+    Floats(Float64Array),
     Values {
         valid: ArrayRef,
         rows: datafusion::arrow::row::Rows,
@@ -869,12 +881,26 @@ impl Input {
         Ok(match spec.kind {
             AggKind::CountStar | AggKind::Accumulator => Input::None,
             AggKind::Count => Input::Valid(arg.clone()),
-            AggKind::Sum | AggKind::Avg if is_float(&spec.arg_type) => {
-                Input::Floats(cast(arg, &DataType::Float64)?)
-            }
+            AggKind::Sum | AggKind::Avg if is_float(&spec.arg_type) => Input::Floats(
+                cast(arg, &DataType::Float64)?
+                    .as_primitive::<Float64Type>()
+                    .clone(),
+            ),
             AggKind::Sum | AggKind::Avg => match &spec.arg_type {
-                DataType::Decimal128(..) => Input::Ints(arg.clone()),
-                _ => Input::Ints(cast(arg, &DataType::Int64)?),
+                DataType::Decimal128(..) => {
+                    Input::Decimals(arg.as_primitive::<Decimal128Type>().clone())
+                }
+                _ => Input::Ints(
+                    cast(arg, &DataType::Int64)?
+                        .as_primitive::<Int64Type>()
+                        .clone(),
+                ),
+            },
+            AggKind::Min | AggKind::Max if native_extreme(spec) => Input::Extremes {
+                array: cast(arg, &DataType::Int64)?
+                    .as_primitive::<Int64Type>()
+                    .clone(),
+                max: spec.kind == AggKind::Max,
             },
             AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
                 let converter =
@@ -890,20 +916,29 @@ impl Input {
     fn apply(&self, a: usize, row: usize, diff: i64, state: &mut GroupState) {
         match self {
             Input::None => {}
-            Input::Valid(array) if array.is_valid(row) => state.counts[a] += diff,
+            Input::Valid(array) if array.is_valid(row) => state.slots[a].count += diff,
+            Input::Extremes { array, max } if array.is_valid(row) => {
+                let slot = &mut state.slots[a];
+                let value = i128::from(array.value(row));
+                let better = slot.count == 0
+                    || (*max && value > slot.int_sum)
+                    || (!*max && value < slot.int_sum);
+                if better {
+                    slot.int_sum = value;
+                }
+                slot.count += diff;
+            }
             Input::Ints(array) if array.is_valid(row) => {
-                state.counts[a] += diff;
-                let value = match array.data_type() {
-                    DataType::Decimal128(..) => array
-                        .as_primitive::<datafusion::arrow::datatypes::Decimal128Type>()
-                        .value(row),
-                    _ => i128::from(array.as_primitive::<Int64Type>().value(row)),
-                };
-                state.int_sums[a] += value * i128::from(diff);
+                state.slots[a].count += diff;
+                state.slots[a].int_sum += i128::from(array.value(row)) * i128::from(diff);
+            }
+            Input::Decimals(array) if array.is_valid(row) => {
+                state.slots[a].count += diff;
+                state.slots[a].int_sum += array.value(row) * i128::from(diff);
             }
             Input::Floats(array) if array.is_valid(row) => {
-                state.counts[a] += diff;
-                state.float_sums[a] += array.as_primitive::<Float64Type>().value(row) * diff as f64;
+                state.slots[a].count += diff;
+                state.slots[a].float_sum += array.value(row) * diff as f64;
             }
             // min, max and count(DISTINCT) live in the multiset.
             _ => {}
@@ -916,6 +951,24 @@ impl Input {
             _ => None,
         }
     }
+}
+
+/// min and max of integers and timestamps over append-only input keep the
+/// extreme as a number, compared natively, instead of in row format.
+fn native_extreme(spec: &AggSpec) -> bool {
+    spec.append_only
+        && matches!(spec.kind, AggKind::Min | AggKind::Max)
+        && (matches!(
+            spec.arg_type,
+            DataType::Int8
+                | DataType::Int16
+                | DataType::Int32
+                | DataType::Int64
+                | DataType::UInt8
+                | DataType::UInt16
+                | DataType::UInt32
+                | DataType::Timestamp(..)
+        ))
 }
 
 fn is_float(data_type: &DataType) -> bool {
@@ -934,12 +987,12 @@ fn decimal_factor(data_type: &DataType) -> f64 {
 
 fn sum_value(spec: &AggSpec, state: &GroupState, a: usize) -> Result<ScalarValue> {
     Ok(match &spec.arg_type {
-        t if is_float(t) => ScalarValue::Float64(Some(state.float_sums[a])),
+        t if is_float(t) => ScalarValue::Float64(Some(state.slots[a].float_sum)),
         DataType::Decimal128(_, scale) => {
-            ScalarValue::Decimal128(Some(state.int_sums[a]), 38, *scale)
+            ScalarValue::Decimal128(Some(state.slots[a].int_sum), 38, *scale)
         }
         _ => {
-            let sum = i64::try_from(state.int_sums[a])
+            let sum = i64::try_from(state.slots[a].int_sum)
                 .map_err(|_| Error::OutOfRange("bigint out of range in sum".into()))?;
             ScalarValue::Int64(Some(sum))
         }

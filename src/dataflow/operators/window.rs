@@ -68,12 +68,19 @@ impl Operator for WindowAssign {
             return Ok(());
         }
         let rows = kept.apply(batch.rows(), &self.schema)?;
-        let diffs = take(batch.diffs(), &UInt32Array::from(kept.rows), None)?;
-        let diffs = diffs
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .cloned()
-            .ok_or_else(|| crate::error::Error::Internal("weights are not Int64".into()))?;
+        let diffs = if rows.num_rows() == batch.len()
+            && late.is_empty()
+            && kept.rows.iter().enumerate().all(|(i, r)| *r as usize == i)
+        {
+            batch.diffs().clone()
+        } else {
+            let diffs = take(batch.diffs(), &UInt32Array::from(kept.rows), None)?;
+            diffs
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .ok_or_else(|| crate::error::Error::Internal("weights are not Int64".into()))?
+        };
         cx.emit(ChangeBatch::new(rows, diffs)?);
         Ok(())
     }
