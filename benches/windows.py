@@ -187,14 +187,14 @@ def run_memory(args) -> list[dict]:
                 conn.execute("FLUSH")
                 if n in marks:
                     status = proc_status_kib(server.pid())
-                    state_keys = metric(server, "weir_state_keys")
+                    state_keys = metric(server, 'weir_view_state_entries{view="q7"}', "/state")
                     rows = conn.execute("SELECT count(*) FROM q7").fetchone()[0]
                     point = {"events": min((n + 1) * args.chunk, args.events),
                              "rss_kib": status.get("VmRSS"), "hwm_kib": status.get("VmHWM"),
                              "view_rows": rows, "state_keys": state_keys}
                     points.append(point)
                     log(f"after {point['events']:,} events: RSS {fmt_mib(point['rss_kib'])} MiB, "
-                        f"view rows {rows}, state keys {state_keys}")
+                        f"view rows {rows}, state entries {state_keys}")
 
             load(conn, args, after_chunk)
     finally:
@@ -203,9 +203,9 @@ def run_memory(args) -> list[dict]:
     return points
 
 
-def metric(server, name: str) -> int | None:
+def metric(server, name: str, path: str = "/metrics") -> int | None:
     try:
-        url = f"http://127.0.0.1:{server.http_port}/metrics"
+        url = f"http://127.0.0.1:{server.http_port}{path}"
         with urllib.request.urlopen(url, timeout=5) as resp:
             for line in resp.read().decode().splitlines():
                 if line.startswith(name + " "):
@@ -235,7 +235,7 @@ def markdown(args, runs: list[dict], memory: list[dict]) -> str:
         out.append(f"| events per CPU-second | {fmt_int(b_cpu)} | {fmt_int(i_cpu)} | {fmt_ratio(i_cpu, b_cpu)} |")
         out.append("")
     if memory:
-        out.append("| events streamed | resident set (MiB) | operator state keys (estimate) | view rows |")
+        out.append("| events streamed | resident set (MiB) | operator state entries | view rows |")
         out.append("|---|---|---|---|")
         for p in memory:
             out.append(f"| {p['events']:,} | {fmt_mib(p['rss_kib'])} | {fmt_int(p.get('state_keys'))} "

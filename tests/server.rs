@@ -279,12 +279,16 @@ async fn prepared_statements_take_parameters() {
 }
 
 async fn metrics(server: &TestServer) -> String {
+    http_get(server, "/metrics").await
+}
+
+async fn http_get(server: &TestServer, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
         .await
         .expect("http connect");
     stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
         .await
         .expect("send");
     let mut body = String::new();

@@ -1,4 +1,6 @@
-//! The HTTP endpoint: `GET /metrics` in Prometheus' text format.
+//! The HTTP endpoint: `GET /metrics` in Prometheus' text format, and
+//! `GET /state`, which counts every view's operator state entries exactly
+//! (it walks the state, so it is for inspection, not for scraping).
 //!
 //! One endpoint with fixed responses does not justify an HTTP framework's
 //! build time; this reads the request line and answers.
@@ -32,6 +34,7 @@ async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
     let path = request.split_whitespace().nth(1).unwrap_or("/");
     let (status, content_type, body) = match path {
         "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics(engine)),
+        "/state" => ("200 OK", "text/plain; version=0.0.4", state_entries(engine)),
         "/" => ("200 OK", "text/plain", "weir: see /metrics\n".to_string()),
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
@@ -41,6 +44,34 @@ async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
     );
     socket.write_all(response.as_bytes()).await?;
     socket.shutdown().await
+}
+
+/// Operator state entries per view, counted by walking the state family.
+fn state_entries(engine: &Engine) -> String {
+    let db = engine.store.db();
+    let mut counts: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+    let iter = db.iterator_cf(
+        crate::state::cf(db, crate::state::CF_STATE),
+        rocksdb::IteratorMode::Start,
+    );
+    for (key, _) in iter.flatten() {
+        if let Some(id) = key.get(..8).and_then(|k| k.try_into().ok()) {
+            *counts.entry(u64::from_be_bytes(id)).or_default() += 1;
+        }
+    }
+    let mut out = String::from(
+        "# HELP weir_view_state_entries Operator state entries of a view (exact).\n# TYPE weir_view_state_entries gauge\n",
+    );
+    for object in engine.catalog.objects() {
+        if let crate::catalog::Object::MaterializedView(view) = object {
+            let entries = counts.get(&view.def.table.id).copied().unwrap_or(0);
+            let name = &view.def.table.name;
+            out.push_str(&format!(
+                "weir_view_state_entries{{view=\"{name}\"}} {entries}\n"
+            ));
+        }
+    }
+    out
 }
 
 fn metrics(engine: &Engine) -> String {
@@ -81,19 +112,6 @@ fn metrics(engine: &Engine) -> String {
         .unwrap_or(0);
     out.push_str(&format!(
         "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"
-    ));
-    // RocksDB's estimate: what operators keep, which windows keep bounded.
-    let db = engine.store.db();
-    let state_keys = db
-        .property_int_value_cf(
-            crate::state::cf(db, crate::state::CF_STATE),
-            "rocksdb.estimate-num-keys",
-        )
-        .ok()
-        .flatten()
-        .unwrap_or(0);
-    out.push_str(&format!(
-        "# HELP weir_state_keys Estimated entries of operator state (RocksDB's estimate).\n# TYPE weir_state_keys gauge\nweir_state_keys {state_keys}\n"
     ));
     let tables = engine.catalog.objects().len();
     out.push_str(&format!(
