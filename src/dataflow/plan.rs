@@ -27,6 +27,7 @@ use crate::catalog::{Catalog, Emit, Table};
 use crate::dataflow::graph::{Dataflow, Marks, Node, Source};
 use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
+use crate::dataflow::operators::join::{Join, Side};
 use crate::dataflow::operators::{
     Aggregate, Filter, Materialize, Project, SessionAssign, Union, WindowAssign,
 };
@@ -206,10 +207,55 @@ impl<'a> Planner<'a> {
                     .collect::<Result<Vec<_>>>()?;
                 Ok(self.push(Box::new(Union::new(arrow_schema(plan))), inputs))
             }
+            LogicalPlan::Join(j) => self.join(j, plan),
             LogicalPlan::SubqueryAlias(a) => self.node(&a.input),
             LogicalPlan::TableScan(scan) => self.scan(scan),
             other => Err(unsupported(other)),
         }
+    }
+
+    /// An inner equi-join: both sides' rows kept in state by join key.
+    fn join(&mut self, j: &datafusion::logical_expr::Join, plan: &LogicalPlan) -> Result<usize> {
+        use datafusion::common::NullEquality;
+        use datafusion::logical_expr::JoinType;
+        if j.join_type != JoinType::Inner {
+            return Err(Error::NotSupported(format!(
+                "{} joins are not supported in materialized views yet; inner joins are",
+                j.join_type
+            )));
+        }
+        if j.on.is_empty() {
+            return Err(Error::NotSupported(
+                "a join in a materialized view needs an equality between the two sides, like ON a.k = b.k".into(),
+            ));
+        }
+        if j.null_equality == NullEquality::NullEqualsNull {
+            return Err(Error::NotSupported(
+                "joins on IS NOT DISTINCT FROM are not supported in materialized views yet".into(),
+            ));
+        }
+        let left = self.node(&j.left)?;
+        let right = self.node(&j.right)?;
+        let keys = |planner: &Self, side: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| {
+            j.on.iter()
+                .map(|pair| planner.expr(pick(pair), side.schema()))
+                .collect::<Result<Vec<_>>>()
+        };
+        let left_side = Side {
+            keys: keys(self, &j.left, |p| &p.0)?,
+            schema: arrow_schema(&j.left),
+        };
+        let right_side = Side {
+            keys: keys(self, &j.right, |p| &p.1)?,
+            schema: arrow_schema(&j.right),
+        };
+        let residual = j
+            .filter
+            .as_ref()
+            .map(|f| self.expr(f, &j.schema))
+            .transpose()?;
+        let op = Join::new(left_side, right_side, residual, arrow_schema(plan))?;
+        Ok(self.push(Box::new(op), vec![left, right]))
     }
 
     /// How an aggregate's groups close, if it groups by a window bound, and
@@ -479,7 +525,6 @@ fn arrow_schema(plan: &LogicalPlan) -> SchemaRef {
 
 fn unsupported(plan: &LogicalPlan) -> Error {
     let what = match plan {
-        LogicalPlan::Join(_) => "joins are not supported in materialized views yet".to_string(),
         LogicalPlan::Sort(_) => {
             "ORDER BY is not supported in a materialized view; order when you read it".to_string()
         }

@@ -33,7 +33,7 @@ use crate::state::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys};
 
 /// Most records one source partition contributes to one epoch.
-pub const EPOCH_ROWS: u64 = 262_144;
+pub const EPOCH_ROWS: u64 = 131_072;
 
 const EPOCH_KEY: &[u8] = b"\xffepoch";
 

@@ -52,9 +52,14 @@ impl Store {
         options.create_if_missing(true);
         options.create_missing_column_families(true);
         options.increase_parallelism(2);
+        // Memory stays bounded however long the streams run: memtables of
+        // all families share one budget, and index and filter blocks live in
+        // the block cache instead of growing with every file.
+        options.set_db_write_buffer_size(MEMTABLE_BUDGET);
+        let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE);
         let families = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE]
             .into_iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, family_options()));
+            .map(|name| ColumnFamilyDescriptor::new(name, family_options(&cache)));
         let db = DB::open_cf_descriptors(&options, path, families)?;
         Ok(Store { db: Arc::new(db) })
     }
@@ -69,9 +74,20 @@ impl Store {
     }
 }
 
-fn family_options() -> Options {
+/// Memory for all memtables together.
+const MEMTABLE_BUDGET: usize = 256 << 20;
+/// Memory for cached blocks, indexes and filters.
+const BLOCK_CACHE: usize = 64 << 20;
+
+fn family_options(cache: &rocksdb::Cache) -> Options {
     use rocksdb::DBCompressionType::{Lz4, None as Plain};
     let mut options = Options::default();
+    let mut table = rocksdb::BlockBasedOptions::default();
+    table.set_block_cache(cache);
+    table.set_cache_index_and_filter_blocks(true);
+    table.set_pin_l0_filter_and_index_blocks_in_cache(true);
+    table.set_bloom_filter(10.0, false);
+    options.set_block_based_table_factory(&table);
     // Larger memtables mean fewer flushes during bulk loads; the first
     // levels, rewritten soonest by compaction, are not worth compressing.
     options.set_write_buffer_size(128 << 20);

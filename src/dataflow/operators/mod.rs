@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod filter;
+pub mod join;
 pub mod materialize;
 pub mod project;
 pub mod session;

@@ -1,0 +1,249 @@
+//! Inner equi-join of two inputs, maintained incrementally.
+//!
+//! # Algorithm
+//! A symmetric hash join over weighted changes. Each side keeps its rows in
+//! state, indexed by join key, with their multiplicities. A change arriving
+//! on one side is matched against the rows the other side holds now, and
+//! every match goes out with the product of the two weights; then the change
+//! is added to its own side. So each pair of rows is produced once, when the
+//! later of the two arrives, and a retraction on either side retracts exactly
+//! the pairs its row produced. Rows with a NULL in the key never match. A
+//! residual predicate (the non-equality part of `ON`) filters the pairs.
+//!
+//! # State layout (under the operator's prefix)
+//! - `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row (row
+//!   format) -> multiplicity (i64 LE)
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array,
+};
+use datafusion::arrow::compute::{concat, filter_record_batch, take};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::operator::{Context, Operator};
+use crate::error::{Error, Result};
+use crate::state::keys::prefix_end;
+
+/// One side of the join.
+pub struct Side {
+    /// Join key expressions over this side's rows.
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// This side's schema.
+    pub schema: SchemaRef,
+}
+
+pub struct Join {
+    sides: [Side; 2],
+    /// Converts join keys; both sides' keys have the same types.
+    key_rows: RowConverter,
+    /// Converts each side's whole rows.
+    rows: [RowConverter; 2],
+    /// Pairs must also satisfy this, over the joined schema.
+    residual: Option<Arc<dyn PhysicalExpr>>,
+    /// Left columns then right columns, all nullable.
+    schema: SchemaRef,
+}
+
+fn tag(side: usize) -> &'static [u8] {
+    if side == 0 { b"l" } else { b"r" }
+}
+
+impl Join {
+    pub fn new(
+        left: Side,
+        right: Side,
+        residual: Option<Arc<dyn PhysicalExpr>>,
+        schema: SchemaRef,
+    ) -> Result<Join> {
+        let key_types = left
+            .keys
+            .iter()
+            .map(|k| Ok(SortField::new(k.data_type(&left.schema)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let converter = |schema: &SchemaRef| {
+            RowConverter::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| SortField::new(f.data_type().clone()))
+                    .collect(),
+            )
+        };
+        Ok(Join {
+            key_rows: RowConverter::new(key_types)?,
+            rows: [converter(&left.schema)?, converter(&right.schema)?],
+            sides: [left, right],
+            residual,
+            schema: crate::catalog::nullable(&schema),
+        })
+    }
+
+    fn prefix(cx: &Context<'_>, side: usize, key: &[u8]) -> Vec<u8> {
+        let mut suffix = tag(side).to_vec();
+        suffix.extend_from_slice(&(key.len() as u32).to_be_bytes());
+        suffix.extend_from_slice(key);
+        cx.key(&suffix)
+    }
+
+    /// The join keys of a batch's rows; `None` where a key column is NULL.
+    fn keys(&self, side: usize, rows: &RecordBatch) -> Result<(Rows, Vec<bool>)> {
+        let columns = self.sides[side]
+            .keys
+            .iter()
+            .map(|k| k.evaluate(rows)?.into_array(rows.num_rows()))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let valid = (0..rows.num_rows())
+            .map(|i| columns.iter().all(|c| c.is_valid(i)))
+            .collect();
+        Ok((self.key_rows.convert_columns(&columns)?, valid))
+    }
+
+    /// The rows the other side holds under `key`, with their multiplicities.
+    fn matches(&self, cx: &Context<'_>, other: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+        let prefix = Self::prefix(cx, other, key);
+        cx.state
+            .scan(&prefix, &prefix_end(&prefix))?
+            .into_iter()
+            .map(|(k, v)| Ok((k[prefix.len()..].to_vec(), read_i64(&v)?)))
+            .collect()
+    }
+
+    /// Joined rows: `mine` rows of the arriving batch paired with decoded rows of the other side.
+    fn pairs(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        mine: Vec<u32>,
+        theirs: &[Vec<u8>],
+    ) -> Result<RecordBatch> {
+        let other = 1 - side;
+        let indices = UInt32Array::from(mine);
+        let arriving = batch
+            .columns()
+            .iter()
+            .map(|c| Ok(take(c, &indices, None)?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let parser = self.rows[other].parser();
+        let held = self.rows[other].convert_rows(theirs.iter().map(|r| parser.parse(r)))?;
+        let (left, right) = if side == 0 {
+            (arriving, held)
+        } else {
+            (held, arriving)
+        };
+        let columns: Vec<ArrayRef> = left.into_iter().chain(right).collect();
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+}
+
+fn read_i64(bytes: &[u8]) -> Result<i64> {
+    let raw: [u8; 8] = bytes
+        .try_into()
+        .map_err(|_| Error::Internal("a join multiplicity is malformed".into()))?;
+    Ok(i64::from_le_bytes(raw))
+}
+
+impl Operator for Join {
+    fn name(&self) -> &'static str {
+        "HashJoin"
+    }
+
+    fn describe(&self) -> String {
+        let keys = |side: &Side| {
+            side.keys
+                .iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut out = format!(
+            "inner on [{}] = [{}]",
+            keys(&self.sides[0]),
+            keys(&self.sides[1])
+        );
+        if let Some(residual) = &self.residual {
+            out.push_str(&format!(" filter {residual}"));
+        }
+        out
+    }
+
+    fn on_changes(&mut self, input: usize, batch: ChangeBatch, cx: &mut Context<'_>) -> Result<()> {
+        let side = input.min(1);
+        let other = 1 - side;
+        let rows = batch.rows();
+        let (keys, valid) = self.keys(side, rows)?;
+        let encoded = self.rows[side].convert_columns(rows.columns())?;
+        let mut by_key: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        for (i, ok) in valid.iter().enumerate() {
+            if *ok {
+                by_key.entry(keys.row(i).data()).or_default().push(i as u32);
+            }
+        }
+        let mut joined: Vec<RecordBatch> = Vec::new();
+        let mut weights: Vec<i64> = Vec::new();
+        for (key, members) in &by_key {
+            let held = self.matches(cx, other, key)?;
+            if !held.is_empty() {
+                let mut mine = Vec::new();
+                let mut theirs = Vec::new();
+                for row in members {
+                    for (other_row, count) in &held {
+                        mine.push(*row);
+                        theirs.push(other_row.clone());
+                        weights.push(batch.diffs().value(*row as usize) * count);
+                    }
+                }
+                joined.push(self.pairs(side, rows, mine, &theirs)?);
+            }
+            // Then the change joins its own side.
+            let prefix = Self::prefix(cx, side, key);
+            for row in members {
+                let state_key = [prefix.as_slice(), encoded.row(*row as usize).data()].concat();
+                let held = match cx.state.get(&state_key)? {
+                    Some(bytes) => read_i64(&bytes)?,
+                    None => 0,
+                };
+                match held + batch.diffs().value(*row as usize) {
+                    0 => cx.state.delete(state_key),
+                    count => cx.state.put(state_key, count.to_le_bytes().to_vec()),
+                }
+            }
+        }
+        if joined.is_empty() {
+            return Ok(());
+        }
+        let rows = datafusion::arrow::compute::concat_batches(&self.schema, &joined)?;
+        let weights = Int64Array::from(weights);
+        let (rows, weights) = match &self.residual {
+            None => (rows, weights),
+            Some(predicate) => {
+                let mask = predicate.evaluate(&rows)?.into_array(rows.num_rows())?;
+                let mask = mask
+                    .as_any()
+                    .downcast_ref::<BooleanArray>()
+                    .ok_or_else(|| Error::Internal("a join filter is not boolean".into()))?;
+                // NULL counts as false, as in SQL.
+                let mask = if mask.null_count() > 0 {
+                    datafusion::arrow::compute::prep_null_mask_filter(mask)
+                } else {
+                    mask.clone()
+                };
+                let kept = filter_record_batch(&rows, &mask)?;
+                let weights = datafusion::arrow::compute::filter(&weights, &mask)?;
+                let weights = concat(&[weights.as_ref()])?
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .cloned()
+                    .ok_or_else(|| Error::Internal("join weights are not Int64".into()))?;
+                (kept, weights)
+            }
+        };
+        cx.emit(ChangeBatch::new(rows, weights)?);
+        Ok(())
+    }
+}
