@@ -33,7 +33,13 @@ use crate::state::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys};
 
 /// Most records one source partition contributes to one epoch.
-pub const EPOCH_ROWS: u64 = 131_072;
+pub const EPOCH_ROWS: u64 = 262_144;
+
+/// Records read from a partition between checks of the epoch's size.
+const ROUND_ROWS: u64 = 16_384;
+
+/// Bytes of pending writes after which an epoch stops reading and commits.
+const EPOCH_BYTES: usize = 48 << 20;
 
 const EPOCH_KEY: &[u8] = b"\xffepoch";
 
@@ -456,34 +462,47 @@ fn read_source(
     let mut total = 0;
     for partition in 0..partitions {
         let from = next_offsets.get(&(index, partition)).copied().unwrap_or(0);
-        let mut batches = Vec::new();
-        let mut read = 0;
-        read_partition(view, topic, partition, from, |_, chunk| {
-            let take = (EPOCH_ROWS - read).min(chunk.entries.len() as u64) as usize;
-            // A watermark holds only once its whole chunk has been read.
-            let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
-            let mut entries = chunk.entries;
-            entries.truncate(take);
-            let chunk = crate::log::Chunk { entries, watermark };
-            batches.push((running.dataflow.sources[index].decode(&chunk)?, watermark));
-            read += take as u64;
-            Ok(read < EPOCH_ROWS)
-        })?;
-        for (batch, watermark) in batches {
-            if !batch.is_empty() {
-                running.dataflow.deliver(node, 0, batch, state)?;
+        let mut at = from;
+        // Read in rounds, and end the epoch early once its writes grow
+        // large: an epoch's writes are held in memory until it commits.
+        loop {
+            let budget = (EPOCH_ROWS - (at - from)).min(ROUND_ROWS);
+            if budget == 0 || state.pending_bytes() > EPOCH_BYTES {
+                break;
             }
-            match watermark {
-                Some(w) if exact => running.dataflow.source_watermark(index, w, state)?,
-                other => highest = highest.max(other),
+            let mut batches = Vec::new();
+            let mut read = 0;
+            read_partition(view, topic, partition, at, |_, chunk| {
+                let take = (budget - read).min(chunk.entries.len() as u64) as usize;
+                // A watermark holds only once its whole chunk has been read.
+                let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
+                let mut entries = chunk.entries;
+                entries.truncate(take);
+                let chunk = crate::log::Chunk { entries, watermark };
+                batches.push((running.dataflow.sources[index].decode(&chunk)?, watermark));
+                read += take as u64;
+                Ok(read < budget)
+            })?;
+            for (batch, watermark) in batches {
+                if !batch.is_empty() {
+                    running.dataflow.deliver(node, 0, batch, state)?;
+                }
+                match watermark {
+                    Some(w) if exact => running.dataflow.source_watermark(index, w, state)?,
+                    other => highest = highest.max(other),
+                }
+            }
+            at += read;
+            if read < budget {
+                break;
             }
         }
+        let read = at - from;
         if read > 0 {
-            let next = from + read;
-            next_offsets.insert((index, partition), next);
+            next_offsets.insert((index, partition), at);
             state.put(
                 offset_key(&running.dataflow, index, partition),
-                next.to_be_bytes().to_vec(),
+                at.to_be_bytes().to_vec(),
             );
             total += read;
         }

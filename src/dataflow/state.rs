@@ -33,6 +33,8 @@ pub struct EpochState {
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Log chunks appended this epoch.
     log: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Bytes written so far, roughly: keys and values, overwrites counted again.
+    bytes: usize,
 }
 
 impl EpochState {
@@ -44,6 +46,7 @@ impl EpochState {
             writes: BTreeMap::new(),
             rows: BTreeMap::new(),
             log: Vec::new(),
+            bytes: 0,
         }
     }
 
@@ -62,15 +65,23 @@ impl EpochState {
         Ok(self.db.get_cf(cf(&self.db, CF_ROWS), key)?)
     }
 
+    /// Bytes of writes pending, roughly.
+    pub fn pending_bytes(&self) -> usize {
+        self.bytes
+    }
+
     pub fn put_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len();
         self.rows.insert(key, Some(value));
     }
 
     pub fn delete_row(&mut self, key: Vec<u8>) {
+        self.bytes += key.len();
         self.rows.insert(key, None);
     }
 
     pub fn append_log(&mut self, key: Vec<u8>, chunk: Vec<u8>) {
+        self.bytes += key.len() + chunk.len();
         self.log.push((key, chunk));
     }
 
@@ -86,10 +97,12 @@ impl EpochState {
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += key.len() + value.len();
         self.writes.insert(key, Some(value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
+        self.bytes += key.len();
         self.writes.insert(key, None);
     }
 

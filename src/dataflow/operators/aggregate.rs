@@ -469,6 +469,11 @@ impl Operator for Aggregate {
             let group = self.groups_cache[slot].key.clone();
             *self.multiset.entry((a, group, value.to_vec())).or_insert(0) += delta;
         }
+        // An epoch that touches more groups than the cache holds writes
+        // them back now, so memory stays bounded however many groups change.
+        if self.groups_cache.len() > self.cache_limit {
+            self.flush(cx)?;
+        }
         Ok(())
     }
 
@@ -481,6 +486,28 @@ impl Operator for Aggregate {
             // The single group of a global aggregate exists from the start.
             self.slot(&[], cx)?;
         }
+        self.flush(cx)
+    }
+
+    fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
+        if self.window.is_some() {
+            self.close_windows(wm.micros, cx)?;
+        }
+        Ok(Some(wm))
+    }
+}
+
+/// Rows an operator call retracts and inserts.
+#[derive(Default)]
+struct Changes {
+    retract: Vec<Vec<u8>>,
+    insert: Vec<Vec<ScalarValue>>,
+}
+
+impl Aggregate {
+    /// Write every touched group back and emit how its row changed (held
+    /// back until its window closes under `EMIT ON WINDOW CLOSE`).
+    fn flush(&mut self, cx: &mut Context<'_>) -> Result<()> {
         self.apply_multisets(cx)?;
         if !self.groups_cache.iter().any(|g| g.dirty) {
             return Ok(());
@@ -504,22 +531,6 @@ impl Operator for Aggregate {
         Ok(())
     }
 
-    fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
-        if self.window.is_some() {
-            self.close_windows(wm.micros, cx)?;
-        }
-        Ok(Some(wm))
-    }
-}
-
-/// Rows an operator call retracts and inserts.
-#[derive(Default)]
-struct Changes {
-    retract: Vec<Vec<u8>>,
-    insert: Vec<Vec<ScalarValue>>,
-}
-
-impl Aggregate {
     /// Write a touched group back and note how its row changed; a group
     /// whose window has `closed` is noted a last time (its only time under
     /// `EMIT ON WINDOW CLOSE`) and its state deleted. Returns whether the
