@@ -39,7 +39,7 @@ pub const EPOCH_ROWS: u64 = 262_144;
 const ROUND_ROWS: u64 = 16_384;
 
 /// Bytes of pending writes after which an epoch stops reading and commits.
-const EPOCH_BYTES: usize = 48 << 20;
+const EPOCH_BYTES: usize = 16 << 20;
 
 const EPOCH_KEY: &[u8] = b"\xffepoch";
 

@@ -75,7 +75,7 @@ impl Store {
 }
 
 /// Memory for all memtables together.
-const MEMTABLE_BUDGET: usize = 384 << 20;
+const MEMTABLE_BUDGET: usize = 256 << 20;
 /// Memory for cached blocks, indexes and filters.
 const BLOCK_CACHE: usize = 64 << 20;
 
