@@ -218,11 +218,21 @@ impl<'a> Planner<'a> {
     fn join(&mut self, j: &datafusion::logical_expr::Join, plan: &LogicalPlan) -> Result<usize> {
         use datafusion::common::NullEquality;
         use datafusion::logical_expr::JoinType;
-        if j.join_type != JoinType::Inner {
-            return Err(Error::NotSupported(format!(
-                "{} joins are not supported in materialized views yet; inner joins are",
-                j.join_type
-            )));
+        let (left_outer, right_outer) = match j.join_type {
+            JoinType::Inner => (false, false),
+            JoinType::Left => (true, false),
+            JoinType::Right => (false, true),
+            JoinType::Full => (true, true),
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "{other} joins are not supported in materialized views yet; inner, left, right and full joins are"
+                )));
+            }
+        };
+        if (left_outer || right_outer) && j.filter.is_some() {
+            return Err(Error::NotSupported(
+                "outer joins whose ON has conditions beyond equalities are not supported in materialized views yet".into(),
+            ));
         }
         if j.on.is_empty() {
             return Err(Error::NotSupported(
@@ -254,7 +264,8 @@ impl<'a> Planner<'a> {
             .as_ref()
             .map(|f| self.expr(f, &j.schema))
             .transpose()?;
-        let op = Join::new(left_side, right_side, residual, arrow_schema(plan))?;
+        let op = Join::new(left_side, right_side, residual, arrow_schema(plan))?
+            .outer(left_outer, right_outer);
         Ok(self.push(Box::new(op), vec![left, right]))
     }
 

@@ -1,4 +1,4 @@
-//! Inner equi-join of two inputs, maintained incrementally.
+//! Equi-joins of two inputs (inner, left, right, full), maintained incrementally.
 //!
 //! # Algorithm
 //! A symmetric hash join over weighted changes. Each side keeps its rows in
@@ -10,6 +10,11 @@
 //! the pairs its row produced. Rows with a NULL in the key never match. A
 //! residual predicate (the non-equality part of `ON`) filters the pairs.
 //!
+//! An outer join also keeps each row of a preserved side that has no match,
+//! padded with NULLs. The padded row goes out while the other side holds
+//! nothing under its key; when the other side's first row for the key
+//! arrives it is retracted, and when the last one leaves it comes back.
+//!
 //! # State layout (under the operator's prefix)
 //! - `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row (row
 //!   format) -> multiplicity (i64 LE)
@@ -18,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array,
+    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
 };
 use datafusion::arrow::compute::{concat, filter_record_batch, take};
 use datafusion::arrow::datatypes::SchemaRef;
@@ -48,6 +53,8 @@ pub struct Join {
     residual: Option<Arc<dyn PhysicalExpr>>,
     /// Left columns then right columns, all nullable.
     schema: SchemaRef,
+    /// Which sides keep their unmatched rows, padded with NULLs.
+    preserve: [bool; 2],
 }
 
 fn tag(side: usize) -> &'static [u8] {
@@ -81,7 +88,60 @@ impl Join {
             sides: [left, right],
             residual,
             schema: crate::catalog::nullable(&schema),
+            preserve: [false, false],
         })
+    }
+
+    /// Keep unmatched rows of the left and/or right side (LEFT, RIGHT, FULL).
+    pub fn outer(mut self, left: bool, right: bool) -> Join {
+        self.preserve = [left, right];
+        self
+    }
+
+    /// Rows of one side with the other side's columns NULL.
+    fn padded(&self, present: usize, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
+        let n = columns.first().map_or(0, |c| c.len());
+        let left_width = self.sides[0].schema.fields().len();
+        let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
+            range
+                .map(|i| new_null_array(self.schema.field(i).data_type(), n))
+                .collect()
+        };
+        let all = if present == 0 {
+            columns
+                .into_iter()
+                .chain(nulls(left_width..self.schema.fields().len()))
+                .collect()
+        } else {
+            nulls(0..left_width)
+                .into_iter()
+                .chain(columns)
+                .collect::<Vec<_>>()
+        };
+        Ok(RecordBatch::try_new(self.schema.clone(), all)?)
+    }
+
+    /// Arriving rows `mine`, padded.
+    fn padded_arriving(
+        &self,
+        side: usize,
+        batch: &RecordBatch,
+        mine: Vec<u32>,
+    ) -> Result<RecordBatch> {
+        let indices = UInt32Array::from(mine);
+        let columns = batch
+            .columns()
+            .iter()
+            .map(|c| Ok(take(c, &indices, None)?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        self.padded(side, columns)
+    }
+
+    /// Held rows of `side`, padded.
+    fn padded_held(&self, side: usize, held: &[Vec<u8>]) -> Result<RecordBatch> {
+        let parser = self.rows[side].parser();
+        let columns = self.rows[side].convert_rows(held.iter().map(|r| parser.parse(r)))?;
+        self.padded(side, columns)
     }
 
     fn prefix(cx: &Context<'_>, side: usize, key: &[u8]) -> Vec<u8> {
@@ -161,8 +221,14 @@ impl Operator for Join {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let kind = match self.preserve {
+            [false, false] => "inner",
+            [true, false] => "left",
+            [false, true] => "right",
+            [true, true] => "full",
+        };
         let mut out = format!(
-            "inner on [{}] = [{}]",
+            "{kind} on [{}] = [{}]",
             keys(&self.sides[0]),
             keys(&self.sides[1])
         );
@@ -179,13 +245,18 @@ impl Operator for Join {
         let (keys, valid) = self.keys(side, rows)?;
         let encoded = self.rows[side].convert_columns(rows.columns())?;
         let mut by_key: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        let mut joined: Vec<RecordBatch> = Vec::new();
+        let mut weights: Vec<i64> = Vec::new();
+        let diff = |row: u32| batch.diffs().value(row as usize);
+        let mut unmatched: Vec<u32> = Vec::new();
         for (i, ok) in valid.iter().enumerate() {
             if *ok {
                 by_key.entry(keys.row(i).data()).or_default().push(i as u32);
+            } else if self.preserve[side] {
+                // A NULL key never matches: the row stays padded.
+                unmatched.push(i as u32);
             }
         }
-        let mut joined: Vec<RecordBatch> = Vec::new();
-        let mut weights: Vec<i64> = Vec::new();
         for (key, members) in &by_key {
             let held = self.matches(cx, other, key)?;
             if !held.is_empty() {
@@ -195,10 +266,30 @@ impl Operator for Join {
                     for (other_row, count) in &held {
                         mine.push(*row);
                         theirs.push(other_row.clone());
-                        weights.push(batch.diffs().value(*row as usize) * count);
+                        weights.push(diff(*row) * count);
                     }
                 }
                 joined.push(self.pairs(side, rows, mine, &theirs)?);
+            }
+            let other_total: i64 = held.iter().map(|(_, c)| c).sum();
+            if self.preserve[side] && other_total == 0 {
+                unmatched.extend(members);
+            }
+            if self.preserve[other] && !held.is_empty() {
+                // The other side's rows lose or regain their padding when
+                // this side's rows under the key come or go.
+                let before: i64 = self.matches(cx, side, key)?.iter().map(|(_, c)| c).sum();
+                let after = before + members.iter().map(|r| diff(*r)).sum::<i64>();
+                let sign = match (before > 0, after > 0) {
+                    (false, true) => -1,
+                    (true, false) => 1,
+                    _ => 0,
+                };
+                if sign != 0 {
+                    let rows: Vec<Vec<u8>> = held.iter().map(|(r, _)| r.clone()).collect();
+                    joined.push(self.padded_held(other, &rows)?);
+                    weights.extend(held.iter().map(|(_, c)| sign * c));
+                }
             }
             // Then the change joins its own side.
             let prefix = Self::prefix(cx, side, key);
@@ -208,11 +299,15 @@ impl Operator for Join {
                     Some(bytes) => read_i64(&bytes)?,
                     None => 0,
                 };
-                match held + batch.diffs().value(*row as usize) {
+                match held + diff(*row) {
                     0 => cx.state.delete(state_key),
                     count => cx.state.put(state_key, count.to_le_bytes().to_vec()),
                 }
             }
+        }
+        if !unmatched.is_empty() {
+            weights.extend(unmatched.iter().map(|r| diff(*r)));
+            joined.push(self.padded_arriving(side, rows, unmatched)?);
         }
         if joined.is_empty() {
             return Ok(());
