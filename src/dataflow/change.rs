@@ -1,8 +1,13 @@
 //! The change model: Arrow rows with signed weights beside them.
 
-#[cfg(test)]
-use datafusion::arrow::array::Array;
-use datafusion::arrow::array::{Int64Array, RecordBatch};
+use datafusion::arrow::array::{
+    Array, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array,
+};
+use datafusion::arrow::compute::{
+    filter, filter_record_batch, prep_null_mask_filter, take, take_record_batch,
+};
+use datafusion::arrow::datatypes::Int64Type;
+use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{Error, Result};
 
@@ -46,6 +51,35 @@ impl ChangeBatch {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The rows a predicate holds for, with their weights; NULL counts as
+    /// false, as in SQL.
+    pub fn filter(&self, predicate: &dyn PhysicalExpr) -> Result<ChangeBatch> {
+        let mask = predicate.evaluate(&self.rows)?.into_array(self.len())?;
+        let mask = mask
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .ok_or_else(|| Error::Internal("a filter predicate is not boolean".into()))?;
+        let mask = if mask.null_count() > 0 {
+            prep_null_mask_filter(mask)
+        } else {
+            mask.clone()
+        };
+        let rows = filter_record_batch(&self.rows, &mask)?;
+        let diffs = filter(&self.diffs, &mask)?
+            .as_primitive::<Int64Type>()
+            .clone();
+        ChangeBatch::new(rows, diffs)
+    }
+
+    /// The rows at `indices`, with their weights.
+    pub fn take(&self, indices: &UInt32Array) -> Result<ChangeBatch> {
+        let rows = take_record_batch(&self.rows, indices)?;
+        let diffs = take(&self.diffs, indices, None)?
+            .as_primitive::<Int64Type>()
+            .clone();
+        ChangeBatch::new(rows, diffs)
     }
 }
 

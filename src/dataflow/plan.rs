@@ -400,16 +400,18 @@ impl<'a> Planner<'a> {
     /// through filters, projections and unions.
     fn is_append_only(&self, plan: &LogicalPlan) -> bool {
         match plan {
-            LogicalPlan::TableScan(scan) if window_of(scan).is_some() => window_of(scan)
-                .is_some_and(|w| {
+            LogicalPlan::TableScan(scan) => match window_of(scan) {
+                // Sessions retract rows when they merge.
+                Some(w) => {
                     !matches!(w.spec.kind, WindowKind::Session { .. })
                         && w.relation.def.append_only
                         && !w.relation.def.is_view
-                }),
-            LogicalPlan::TableScan(scan) => self
-                .catalog
-                .relation(scan.table_name.table())
-                .is_some_and(|t| t.def.append_only && !t.def.is_view),
+                }
+                None => self
+                    .catalog
+                    .relation(scan.table_name.table())
+                    .is_some_and(|t| t.def.append_only && !t.def.is_view),
+            },
             LogicalPlan::Projection(p) => self.is_append_only(&p.input),
             LogicalPlan::Filter(f) => self.is_append_only(&f.input),
             LogicalPlan::SubqueryAlias(a) => self.is_append_only(&a.input),

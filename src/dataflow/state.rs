@@ -21,6 +21,14 @@ pub struct LateEvent {
     pub row: String,
 }
 
+/// A multiplicity or counter kept in state as an `i64`, little-endian.
+pub fn read_count(bytes: &[u8]) -> Result<i64> {
+    let raw: [u8; 8] = bytes
+        .try_into()
+        .map_err(|_| crate::error::Error::Internal("a count kept in state is malformed".into()))?;
+    Ok(i64::from_le_bytes(raw))
+}
+
 pub struct EpochState {
     db: Arc<DB>,
     /// Processing time of the epoch, microseconds since the Unix epoch.

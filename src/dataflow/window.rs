@@ -10,7 +10,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{
     Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray, UInt32Array,
 };
-use datafusion::arrow::compute::{SortColumn, cast, lexsort_to_indices, take};
+use datafusion::arrow::compute::{SortColumn, cast, lexsort_to_indices, take_arrays};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::arrow::row::{RowConverter, SortField};
 
@@ -196,21 +196,23 @@ pub struct Assigned {
 }
 
 impl Assigned {
+    /// Every one of `n` input rows has exactly one pair, in order (TUMBLE,
+    /// nothing late): the input needs no reshuffling.
+    pub fn is_identity(&self, n: usize) -> bool {
+        self.rows.len() == n && self.rows.iter().enumerate().all(|(i, r)| *r as usize == i)
+    }
+
+    pub fn indices(&self) -> UInt32Array {
+        UInt32Array::from(self.rows.clone())
+    }
+
     /// The input rows of the pairs with the window columns appended.
     pub fn apply(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         let time_type = schema.field(schema.fields().len() - 1).data_type();
-        // One window a row, every row kept (TUMBLE, nothing late): the rows as they are.
-        let identity = self.rows.len() == batch.num_rows()
-            && self.rows.iter().enumerate().all(|(i, r)| *r as usize == i);
-        let mut columns = if identity {
+        let mut columns = if self.is_identity(batch.num_rows()) {
             batch.columns().to_vec()
         } else {
-            let indices = UInt32Array::from(self.rows.clone());
-            batch
-                .columns()
-                .iter()
-                .map(|c| Ok(take(c, &indices, None)?))
-                .collect::<Result<Vec<ArrayRef>>>()?
+            take_arrays(batch.columns(), &self.indices(), None)?
         };
         columns.push(bounds(&self.starts, time_type)?);
         columns.push(bounds(&self.ends, time_type)?);
@@ -230,20 +232,18 @@ fn bounds(values: &[i64], time_type: &DataType) -> Result<ArrayRef> {
 /// count months, whose length varies.
 pub fn interval_micros(what: &str, value: &datafusion::common::ScalarValue) -> Result<i64> {
     use datafusion::common::ScalarValue;
-    let micros = match value {
-        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
-            i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1000
-        }
-        ScalarValue::IntervalDayTime(Some(v)) => {
-            i64::from(v.days) * 86_400_000_000 + i64::from(v.milliseconds) * 1000
-        }
-        ScalarValue::DurationMicrosecond(Some(v)) => *v,
-        ScalarValue::IntervalMonthDayNano(Some(_)) | ScalarValue::IntervalYearMonth(Some(_)) => {
+    let micros = match (day_time_micros(value), value) {
+        (Some(micros), _) => micros,
+        (None, ScalarValue::DurationMicrosecond(Some(v))) => *v,
+        (
+            None,
+            ScalarValue::IntervalMonthDayNano(Some(_)) | ScalarValue::IntervalYearMonth(Some(_)),
+        ) => {
             return Err(Error::InvalidParameter(format!(
                 "the {what} of a window cannot count months or years; use days"
             )));
         }
-        other => {
+        (None, other) => {
             return Err(Error::InvalidParameter(format!(
                 "the {what} of a window must be an interval such as INTERVAL '10' SECOND, not {other}"
             )));
@@ -255,6 +255,21 @@ pub fn interval_micros(what: &str, value: &datafusion::common::ScalarValue) -> R
         )));
     }
     Ok(micros)
+}
+
+/// An interval of days and less as microseconds; `None` for other values,
+/// months included (their length varies).
+pub fn day_time_micros(value: &datafusion::common::ScalarValue) -> Option<i64> {
+    use datafusion::common::ScalarValue;
+    match value {
+        ScalarValue::IntervalMonthDayNano(Some(v)) if v.months == 0 => {
+            Some(i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1000)
+        }
+        ScalarValue::IntervalDayTime(Some(v)) => {
+            Some(i64::from(v.days) * 86_400_000_000 + i64::from(v.milliseconds) * 1000)
+        }
+        _ => None,
+    }
 }
 
 /// Microseconds as a Unix timestamp type.

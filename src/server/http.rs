@@ -48,23 +48,13 @@ async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
 
 /// Operator state entries per view, counted by walking the state family.
 fn state_entries(engine: &Engine) -> String {
-    let db = engine.store.db();
-    let mut counts: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
-    let iter = db.iterator_cf(
-        crate::state::cf(db, crate::state::CF_STATE),
-        rocksdb::IteratorMode::Start,
-    );
-    for (key, _) in iter.flatten() {
-        if let Some(id) = key.get(..8).and_then(|k| k.try_into().ok()) {
-            *counts.entry(u64::from_be_bytes(id)).or_default() += 1;
-        }
-    }
     let mut out = String::from(
         "# HELP weir_view_state_entries Operator state entries of a view (exact).\n# TYPE weir_view_state_entries gauge\n",
     );
     for object in engine.catalog.objects() {
         if let crate::catalog::Object::MaterializedView(view) = object {
-            let entries = counts.get(&view.def.table.id).copied().unwrap_or(0);
+            // A view's operator state lives under its id.
+            let entries = engine.store.state_entries(&view.def.table.id.to_be_bytes());
             let name = &view.def.table.name;
             out.push_str(&format!(
                 "weir_view_state_entries{{view=\"{name}\"}} {entries}\n"

@@ -68,6 +68,15 @@ impl Store {
         &self.db
     }
 
+    /// Entries of the state family under `prefix`, counted one by one.
+    pub fn state_entries(&self, prefix: &[u8]) -> usize {
+        self.db
+            .prefix_iterator_cf(cf(&self.db, CF_STATE), prefix)
+            .filter_map(|entry| entry.ok())
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .count()
+    }
+
     /// A consistent view of everything committed so far.
     pub fn read_view(&self) -> Arc<ReadView> {
         Arc::new(ReadView::new(self.db.clone(), |db| db.snapshot()))

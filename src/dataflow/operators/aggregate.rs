@@ -38,7 +38,7 @@ use datafusion::arrow::array::UInt32Array;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Decimal128Array, Float64Array, Int64Array, RecordBatch,
 };
-use datafusion::arrow::compute::take;
+use datafusion::arrow::compute::take_arrays;
 use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64Type, SchemaRef};
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
@@ -632,11 +632,7 @@ impl Aggregate {
                 .map(|e| e.evaluate(batch.rows())?.into_array(batch.len()))
                 .collect::<datafusion::error::Result<Vec<_>>>()?;
             for (slot, rows) in &rows_of {
-                let indices = UInt32Array::from(rows.clone());
-                let taken = args
-                    .iter()
-                    .map(|arg| Ok(take(arg, &indices, None)?))
-                    .collect::<Result<Vec<_>>>()?;
+                let taken = take_arrays(&args, &UInt32Array::from(rows.clone()), None)?;
                 let held = self.groups_cache[*slot].state.slots[a].extreme.take();
                 let mut accumulator = self.restore(a, &aggregate, held.as_deref())?;
                 accumulator.update_batch(&taken)?;
@@ -1146,13 +1142,8 @@ mod tests {
         assert_eq!(out, vec!["+1 a 2 . ."]);
     }
 
-    /// Count the state entries under the test prefix.
     fn state_entries(store: &Store) -> usize {
-        let db = store.db();
-        db.prefix_iterator_cf(crate::state::cf(db, crate::state::CF_STATE), b"test")
-            .filter_map(|entry| entry.ok())
-            .take_while(|(key, _)| key.starts_with(b"test"))
-            .count()
+        store.state_entries(b"test")
     }
 
     #[test]

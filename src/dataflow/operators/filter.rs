@@ -2,13 +2,11 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, BooleanArray, Int64Array};
-use datafusion::arrow::compute::{filter, filter_record_batch};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::change::ChangeBatch;
 use crate::dataflow::operator::{Context, Operator};
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 pub struct Filter {
     predicate: Arc<dyn PhysicalExpr>,
@@ -35,28 +33,7 @@ impl Operator for Filter {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let mask = self
-            .predicate
-            .evaluate(batch.rows())?
-            .into_array(batch.len())?;
-        let mask = mask
-            .as_any()
-            .downcast_ref::<BooleanArray>()
-            .ok_or_else(|| Error::Internal("a filter predicate is not boolean".into()))?;
-        // NULL counts as false, as in SQL.
-        let mask = if mask.null_count() > 0 {
-            datafusion::arrow::compute::prep_null_mask_filter(mask)
-        } else {
-            mask.clone()
-        };
-        let rows = filter_record_batch(batch.rows(), &mask)?;
-        let diffs = filter(batch.diffs(), &mask)?;
-        let diffs = diffs
-            .as_any()
-            .downcast_ref::<Int64Array>()
-            .ok_or_else(|| Error::Internal("filtered diffs are not Int64".into()))?
-            .clone();
-        cx.emit(ChangeBatch::new(rows, diffs)?);
+        cx.emit(batch.filter(self.predicate.as_ref())?);
         Ok(())
     }
 }

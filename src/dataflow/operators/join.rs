@@ -23,16 +23,17 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
-    Array, ArrayRef, BooleanArray, Int64Array, RecordBatch, UInt32Array, new_null_array,
+    Array, ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array,
 };
-use datafusion::arrow::compute::{concat, filter_record_batch, take};
+use datafusion::arrow::compute::{concat_batches, take_arrays};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::change::ChangeBatch;
 use crate::dataflow::operator::{Context, Operator};
-use crate::error::{Error, Result};
+use crate::dataflow::state::read_count;
+use crate::error::Result;
 use crate::state::keys::prefix_end;
 
 /// One side of the join.
@@ -98,50 +99,38 @@ impl Join {
         self
     }
 
+    /// One side's columns beside the other side's: whole rows of the join.
+    fn joined(
+        &self,
+        side: usize,
+        mine: Vec<ArrayRef>,
+        theirs: Vec<ArrayRef>,
+    ) -> Result<RecordBatch> {
+        let (left, right) = if side == 0 {
+            (mine, theirs)
+        } else {
+            (theirs, mine)
+        };
+        let columns: Vec<ArrayRef> = left.into_iter().chain(right).collect();
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
     /// Rows of one side with the other side's columns NULL.
     fn padded(&self, present: usize, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
         let n = columns.first().map_or(0, |c| c.len());
-        let left_width = self.sides[0].schema.fields().len();
-        let nulls = |range: std::ops::Range<usize>| -> Vec<ArrayRef> {
-            range
-                .map(|i| new_null_array(self.schema.field(i).data_type(), n))
-                .collect()
-        };
-        let all = if present == 0 {
-            columns
-                .into_iter()
-                .chain(nulls(left_width..self.schema.fields().len()))
-                .collect()
-        } else {
-            nulls(0..left_width)
-                .into_iter()
-                .chain(columns)
-                .collect::<Vec<_>>()
-        };
-        Ok(RecordBatch::try_new(self.schema.clone(), all)?)
-    }
-
-    /// Arriving rows `mine`, padded.
-    fn padded_arriving(
-        &self,
-        side: usize,
-        batch: &RecordBatch,
-        mine: Vec<u32>,
-    ) -> Result<RecordBatch> {
-        let indices = UInt32Array::from(mine);
-        let columns = batch
-            .columns()
+        let nulls = self.sides[1 - present]
+            .schema
+            .fields()
             .iter()
-            .map(|c| Ok(take(c, &indices, None)?))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        self.padded(side, columns)
+            .map(|f| new_null_array(f.data_type(), n))
+            .collect();
+        self.joined(present, columns, nulls)
     }
 
-    /// Held rows of `side`, padded.
-    fn padded_held(&self, side: usize, held: &[Vec<u8>]) -> Result<RecordBatch> {
+    /// Held rows of `side`, decoded.
+    fn decode(&self, side: usize, held: &[&[u8]]) -> Result<Vec<ArrayRef>> {
         let parser = self.rows[side].parser();
-        let columns = self.rows[side].convert_rows(held.iter().map(|r| parser.parse(r)))?;
-        self.padded(side, columns)
+        Ok(self.rows[side].convert_rows(held.iter().map(|r| parser.parse(r)))?)
     }
 
     fn prefix(cx: &Context<'_>, side: usize, key: &[u8]) -> Vec<u8> {
@@ -170,42 +159,18 @@ impl Join {
         cx.state
             .scan(&prefix, &prefix_end(&prefix))?
             .into_iter()
-            .map(|(k, v)| Ok((k[prefix.len()..].to_vec(), read_i64(&v)?)))
+            .map(|(k, v)| Ok((k[prefix.len()..].to_vec(), read_count(&v)?)))
             .collect()
     }
 
-    /// Joined rows: `mine` rows of the arriving batch paired with decoded rows of the other side.
-    fn pairs(
-        &self,
-        side: usize,
-        batch: &RecordBatch,
-        mine: Vec<u32>,
-        theirs: &[Vec<u8>],
-    ) -> Result<RecordBatch> {
-        let other = 1 - side;
-        let indices = UInt32Array::from(mine);
-        let arriving = batch
-            .columns()
-            .iter()
-            .map(|c| Ok(take(c, &indices, None)?))
-            .collect::<Result<Vec<ArrayRef>>>()?;
-        let parser = self.rows[other].parser();
-        let held = self.rows[other].convert_rows(theirs.iter().map(|r| parser.parse(r)))?;
-        let (left, right) = if side == 0 {
-            (arriving, held)
-        } else {
-            (held, arriving)
-        };
-        let columns: Vec<ArrayRef> = left.into_iter().chain(right).collect();
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    /// Rows `mine` of the arriving batch.
+    fn arriving(batch: &RecordBatch, mine: Vec<u32>) -> Result<Vec<ArrayRef>> {
+        Ok(take_arrays(
+            batch.columns(),
+            &UInt32Array::from(mine),
+            None,
+        )?)
     }
-}
-
-fn read_i64(bytes: &[u8]) -> Result<i64> {
-    let raw: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| Error::Internal("a join multiplicity is malformed".into()))?;
-    Ok(i64::from_le_bytes(raw))
 }
 
 impl Operator for Join {
@@ -261,15 +226,20 @@ impl Operator for Join {
             let held = self.matches(cx, other, key)?;
             if !held.is_empty() {
                 let mut mine = Vec::new();
-                let mut theirs = Vec::new();
+                let mut theirs: Vec<&[u8]> = Vec::new();
                 for row in members {
                     for (other_row, count) in &held {
                         mine.push(*row);
-                        theirs.push(other_row.clone());
+                        theirs.push(other_row);
                         weights.push(diff(*row) * count);
                     }
                 }
-                joined.push(self.pairs(side, rows, mine, &theirs)?);
+                let pairs = self.joined(
+                    side,
+                    Self::arriving(rows, mine)?,
+                    self.decode(other, &theirs)?,
+                )?;
+                joined.push(pairs);
             }
             let other_total: i64 = held.iter().map(|(_, c)| c).sum();
             if self.preserve[side] && other_total == 0 {
@@ -286,8 +256,8 @@ impl Operator for Join {
                     _ => 0,
                 };
                 if sign != 0 {
-                    let rows: Vec<Vec<u8>> = held.iter().map(|(r, _)| r.clone()).collect();
-                    joined.push(self.padded_held(other, &rows)?);
+                    let rows: Vec<&[u8]> = held.iter().map(|(r, _)| r.as_slice()).collect();
+                    joined.push(self.padded(other, self.decode(other, &rows)?)?);
                     weights.extend(held.iter().map(|(_, c)| sign * c));
                 }
             }
@@ -296,7 +266,7 @@ impl Operator for Join {
             for row in members {
                 let state_key = [prefix.as_slice(), encoded.row(*row as usize).data()].concat();
                 let held = match cx.state.get(&state_key)? {
-                    Some(bytes) => read_i64(&bytes)?,
+                    Some(bytes) => read_count(&bytes)?,
                     None => 0,
                 };
                 match held + diff(*row) {
@@ -307,38 +277,17 @@ impl Operator for Join {
         }
         if !unmatched.is_empty() {
             weights.extend(unmatched.iter().map(|r| diff(*r)));
-            joined.push(self.padded_arriving(side, rows, unmatched)?);
+            joined.push(self.padded(side, Self::arriving(rows, unmatched)?)?);
         }
         if joined.is_empty() {
             return Ok(());
         }
-        let rows = datafusion::arrow::compute::concat_batches(&self.schema, &joined)?;
-        let weights = Int64Array::from(weights);
-        let (rows, weights) = match &self.residual {
-            None => (rows, weights),
-            Some(predicate) => {
-                let mask = predicate.evaluate(&rows)?.into_array(rows.num_rows())?;
-                let mask = mask
-                    .as_any()
-                    .downcast_ref::<BooleanArray>()
-                    .ok_or_else(|| Error::Internal("a join filter is not boolean".into()))?;
-                // NULL counts as false, as in SQL.
-                let mask = if mask.null_count() > 0 {
-                    datafusion::arrow::compute::prep_null_mask_filter(mask)
-                } else {
-                    mask.clone()
-                };
-                let kept = filter_record_batch(&rows, &mask)?;
-                let weights = datafusion::arrow::compute::filter(&weights, &mask)?;
-                let weights = concat(&[weights.as_ref()])?
-                    .as_any()
-                    .downcast_ref::<Int64Array>()
-                    .cloned()
-                    .ok_or_else(|| Error::Internal("join weights are not Int64".into()))?;
-                (kept, weights)
-            }
-        };
-        cx.emit(ChangeBatch::new(rows, weights)?);
+        let rows = concat_batches(&self.schema, &joined)?;
+        let changes = ChangeBatch::new(rows, Int64Array::from(weights))?;
+        match &self.residual {
+            Some(predicate) => cx.emit(changes.filter(predicate.as_ref())?),
+            None => cx.emit(changes),
+        }
         Ok(())
     }
 }

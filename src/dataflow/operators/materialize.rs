@@ -22,6 +22,7 @@ use datafusion::arrow::compute::concat_batches;
 use crate::catalog::Table;
 use crate::dataflow::change::{Barrier, ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, encode_chunk};
 use crate::state::keys;
@@ -180,7 +181,7 @@ impl Materialize {
         for (row, diff) in changes {
             let key = cx.key(&[b"p".as_slice(), &row].concat());
             let held = match cx.state.get(&key)? {
-                Some(bytes) => read_i64(&bytes)?,
+                Some(bytes) => read_count(&bytes)?,
                 None => 0,
             };
             match held + diff {
@@ -191,7 +192,7 @@ impl Materialize {
         let due_key = cx.key(b"t");
         let now = cx.state.now;
         let due = match cx.state.get(&due_key)? {
-            Some(bytes) => read_i64(&bytes)?,
+            Some(bytes) => read_count(&bytes)?,
             None => {
                 cx.state.put(due_key, (now + every).to_le_bytes().to_vec());
                 return Ok(());
@@ -205,7 +206,7 @@ impl Materialize {
         let mut changes = Vec::with_capacity(held.len());
         for (key, value) in held {
             cx.state.delete(key.clone());
-            changes.push((key[prefix.len()..].to_vec(), read_i64(&value)?));
+            changes.push((key[prefix.len()..].to_vec(), read_count(&value)?));
         }
         cx.state.put(due_key, (now + every).to_le_bytes().to_vec());
         self.publish(&changes, cx)
@@ -249,13 +250,6 @@ impl Operator for Materialize {
             None => self.publish(&changes, cx),
         }
     }
-}
-
-fn read_i64(bytes: &[u8]) -> Result<i64> {
-    let raw: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| Error::Internal("a held change is malformed".into()))?;
-    Ok(i64::from_le_bytes(raw))
 }
 
 impl Materialize {

@@ -36,6 +36,7 @@ use crate::catalog::micros;
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
+use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
 use crate::state::keys::prefix_end;
 
@@ -112,15 +113,10 @@ impl SessionAssign {
 
     /// Where the key's final sessions end, if it has had any lately.
     fn closed(&self, cx: &Context<'_>, key: &[u8]) -> Result<Option<i64>> {
-        match cx.state.get(&Self::key_prefix(cx, b"c", key))? {
-            Some(bytes) => Ok(Some(i64::from_le_bytes(
-                bytes
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| Error::Internal("a session end is malformed".into()))?,
-            ))),
-            None => Ok(None),
-        }
+        cx.state
+            .get(&Self::key_prefix(cx, b"c", key))?
+            .map(|bytes| read_count(&bytes))
+            .transpose()
     }
 
     fn close(&self, cx: &mut Context<'_>, key: &[u8], end: i64) -> Result<()> {
@@ -159,12 +155,7 @@ impl SessionAssign {
         for (k, v) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
             let rest = &k[prefix.len()..];
             let time = from_ordered(rest.get(..8).unwrap_or_default())?;
-            let count = i64::from_le_bytes(
-                v.as_slice()
-                    .try_into()
-                    .map_err(|_| Error::Internal("a session count is malformed".into()))?,
-            );
-            events.insert((time, rest[8..].to_vec()), count);
+            events.insert((time, rest[8..].to_vec()), read_count(&v)?);
         }
         Ok(events)
     }
@@ -175,8 +166,15 @@ impl SessionAssign {
         bounds(&times, self.gap)
     }
 
-    /// Write a key's events and session index as they are now.
-    fn store(&self, cx: &mut Context<'_>, key: &[u8], before: &Events, after: &Events) {
+    /// Write a key's events and session index as they are now, given the
+    /// events' windows before and after.
+    fn store(
+        &self,
+        cx: &mut Context<'_>,
+        key: &[u8],
+        (before, before_windows): (&Events, &[(i64, i64)]),
+        (after, after_windows): (&Events, &[(i64, i64)]),
+    ) {
         let prefix = Self::key_prefix(cx, b"e", key);
         let event_key =
             |(time, row): &(i64, Vec<u8>)| [prefix.as_slice(), &ordered(*time), row].concat();
@@ -188,12 +186,12 @@ impl SessionAssign {
                 cx.state.put(event_key(event), count.to_le_bytes().to_vec());
             }
         }
-        let ends = |events: &Events| -> Vec<i64> {
-            let mut ends: Vec<i64> = self.windows(events).into_iter().map(|w| w.1).collect();
+        let ends = |windows: &[(i64, i64)]| -> Vec<i64> {
+            let mut ends: Vec<i64> = windows.iter().map(|w| w.1).collect();
             ends.dedup();
             ends
         };
-        let (old, new) = (ends(before), ends(after));
+        let (old, new) = (ends(before_windows), ends(after_windows));
         for end in old.iter().filter(|e| !new.contains(e)) {
             cx.state.delete(Self::index_key(cx, *end, key));
         }
@@ -288,9 +286,11 @@ impl Operator for SessionAssign {
                 }
             }
             after.retain(|_, count| *count != 0);
+            let before_windows = self.windows(&before);
+            let after_windows = self.windows(&after);
             let old: HashMap<&(i64, Vec<u8>), (i64, i64)> =
-                before.keys().zip(self.windows(&before)).collect();
-            for (event, window) in after.keys().zip(self.windows(&after)) {
+                before.keys().zip(before_windows.iter().copied()).collect();
+            for (event, window) in after.keys().zip(after_windows.iter().copied()) {
                 let count = after[event];
                 let had = before.get(event).copied().unwrap_or(0);
                 match old.get(event) {
@@ -302,7 +302,12 @@ impl Operator for SessionAssign {
                     _ => {}
                 }
             }
-            self.store(cx, key, &before, &after);
+            self.store(
+                cx,
+                key,
+                (&before, &before_windows),
+                (&after, &after_windows),
+            );
         }
         if let Some(watermark) = self.watermark
             && !late.is_empty()
@@ -326,13 +331,22 @@ impl Operator for SessionAssign {
             let before = self.load(cx, &key)?;
             let mut after = before.clone();
             let mut last_end = None;
-            for (event, window) in before.keys().zip(self.windows(&before)) {
+            let before_windows = self.windows(&before);
+            let mut after_windows = Vec::new();
+            for (event, window) in before.keys().zip(before_windows.iter().copied()) {
                 if window.1 <= wm.micros {
                     after.remove(event);
                     last_end = last_end.max(Some(window.1));
+                } else {
+                    after_windows.push(window);
                 }
             }
-            self.store(cx, &key, &before, &after);
+            self.store(
+                cx,
+                &key,
+                (&before, &before_windows),
+                (&after, &after_windows),
+            );
             if let Some(end) = last_end {
                 self.close(cx, &key, end)?;
             }
@@ -423,13 +437,7 @@ mod tests {
             let mut batch = rocksdb::WriteBatch::default();
             state.drain_into(&mut batch);
             store.db().write(batch).expect("commit");
-            let db = store.db();
-            let entries = db
-                .prefix_iterator_cf(crate::state::cf(db, crate::state::CF_STATE), b"test")
-                .filter_map(|entry| entry.ok())
-                .take_while(|(key, _)| key.starts_with(b"test"))
-                .count();
-            most = most.max(entries);
+            most = most.max(store.state_entries(b"test"));
         }
         assert_eq!(inserted, 200 * 20);
         // The open sessions' events and index, plus the ends just closed.

@@ -6,8 +6,10 @@
 //! and the row is recorded as a late event. Downstream, an aggregate may then
 //! forget a window as soon as the watermark passes its end.
 
+use datafusion::arrow::array::AsArray;
 use datafusion::arrow::array::{Int64Array, RecordBatch, UInt32Array};
-use datafusion::arrow::compute::take;
+use datafusion::arrow::compute::{take, take_record_batch};
+use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::SchemaRef;
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
@@ -68,18 +70,12 @@ impl Operator for WindowAssign {
             return Ok(());
         }
         let rows = kept.apply(batch.rows(), &self.schema)?;
-        let diffs = if rows.num_rows() == batch.len()
-            && late.is_empty()
-            && kept.rows.iter().enumerate().all(|(i, r)| *r as usize == i)
-        {
+        let diffs = if kept.is_identity(batch.len()) {
             batch.diffs().clone()
         } else {
-            let diffs = take(batch.diffs(), &UInt32Array::from(kept.rows), None)?;
-            diffs
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .cloned()
-                .ok_or_else(|| crate::error::Error::Internal("weights are not Int64".into()))?
+            take(batch.diffs(), &kept.indices(), None)?
+                .as_primitive::<Int64Type>()
+                .clone()
         };
         cx.emit(ChangeBatch::new(rows, diffs)?);
         Ok(())
@@ -122,13 +118,7 @@ pub fn record_late(
     watermark: i64,
     cx: &mut Context<'_>,
 ) -> Result<()> {
-    let indices = UInt32Array::from(late.to_vec());
-    let columns = rows
-        .columns()
-        .iter()
-        .map(|c| Ok(take(c, &indices, None)?))
-        .collect::<Result<Vec<_>>>()?;
-    let late_rows = RecordBatch::try_new(rows.schema(), columns)?;
+    let late_rows = take_record_batch(rows, &UInt32Array::from(late.to_vec()))?;
     let json = rows_as_json(&late_rows)?;
     for (i, row) in late.iter().enumerate() {
         cx.state.late.push(LateEvent {

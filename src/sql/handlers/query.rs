@@ -197,21 +197,15 @@ pub async fn evaluate(
 }
 
 pub async fn advance_clock(engine: &Arc<Engine>, by: &ast::Expr) -> Result<Output> {
-    use datafusion::common::ScalarValue;
     let value = evaluate(engine, by).await.ok();
-    let micros = match value {
-        Some(ScalarValue::IntervalMonthDayNano(Some(v))) if v.months == 0 => {
-            i64::from(v.days) * 86_400_000_000 + v.nanoseconds / 1_000
-        }
-        Some(ScalarValue::IntervalDayTime(Some(v))) => {
-            i64::from(v.days) * 86_400_000_000 + i64::from(v.milliseconds) * 1_000
-        }
-        _ => {
-            return Err(Error::InvalidParameter(format!(
+    let micros = value
+        .as_ref()
+        .and_then(crate::dataflow::window::day_time_micros)
+        .ok_or_else(|| {
+            Error::InvalidParameter(format!(
                 "ADVANCE CLOCK BY needs an interval of days or less, like INTERVAL '1' SECOND; got {by}"
-            )));
-        }
-    };
+            ))
+        })?;
     engine.clock.advance(micros)?;
     Ok(Output::command("ADVANCE CLOCK"))
 }
