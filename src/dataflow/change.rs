@@ -87,6 +87,8 @@ impl ChangeBatch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Barrier {
     pub epoch: u64,
+    /// Processing time of the epoch, microseconds since the Unix epoch.
+    pub now: i64,
 }
 
 /// Event-time progress, in microseconds since the epoch.
@@ -100,6 +102,8 @@ pub struct Watermark {
 pub enum Message {
     Changes(ChangeBatch),
     Watermark(Watermark),
+    /// Whether every source behind the edge has been idle past the timeout.
+    Idle(bool),
     Barrier(Barrier),
 }
 

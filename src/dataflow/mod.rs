@@ -8,6 +8,7 @@ pub mod operators;
 pub mod plan;
 pub mod runtime;
 pub mod state;
+pub mod task;
 pub mod window;
 
 pub use change::{Barrier, ChangeBatch, Message, Watermark};

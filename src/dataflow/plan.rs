@@ -24,7 +24,7 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 
 use crate::catalog::{Catalog, Emit, Table};
-use crate::dataflow::graph::{Dataflow, Marks, Node, Source};
+use crate::dataflow::graph::{Dataflow, Node, Source};
 use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
 use crate::dataflow::operators::join::{Join, Side};
@@ -108,7 +108,6 @@ impl<'a> Planner<'a> {
         self.push(Box::new(sink), vec![root]);
         Ok(Dataflow {
             view: view.def.id,
-            marks: Marks::new(self.sources.len(), self.nodes.len()),
             nodes: self.nodes,
             sources: self.sources,
         })

@@ -1,13 +1,16 @@
-//! The dataflow runtime: one thread, apart from the connection runtime, that
-//! runs every view's dataflow in epochs.
+//! The dataflow runtime: a thread, apart from the connection runtime, that
+//! paces every view's dataflow in epochs, and a task runtime of its own on
+//! which the dataflows' tasks run (see [`crate::dataflow::task`]).
 //!
-//! Each epoch, every source reads what its topic gained since its committed
-//! offset (at most [`EPOCH_ROWS`] records per partition, so a large backfill
-//! spans many epochs and reports progress), pushes it through its dataflow,
-//! and then every operator sees the barrier. All views' state changes, view
-//! rows, changelog records and the new source offsets of one epoch commit in
-//! one RocksDB write batch: any snapshot sees every view at the same epoch.
-//! Epochs start every `barrier_interval`, or at once when FLUSH asks.
+//! Each epoch the runtime triggers every dataflow's source task, which reads
+//! what its topics gained since its committed offset (at most
+//! [`EPOCH_ROWS`] records per partition, so a large backfill spans many
+//! epochs and reports progress) and ends the epoch with a barrier. Once every
+//! task of every dataflow has passed the barrier and handed over its writes,
+//! all views' state changes, view rows, changelog records and new source
+//! offsets commit in one RocksDB write batch: any snapshot sees every view at
+//! the same epoch. Epochs start every `barrier_interval`, or at once when
+//! FLUSH asks.
 //!
 //! Watermarks travel in the log: a table's write ends with a chunk that
 //! carries the table's watermark after the write, so a view sees the rows of
@@ -18,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::Duration;
 
@@ -26,20 +30,15 @@ use tokio::sync::oneshot;
 
 use crate::dataflow::change::Barrier;
 use crate::dataflow::graph::Dataflow;
-use crate::dataflow::state::EpochState;
+use crate::dataflow::state::LateEvent;
+use crate::dataflow::task::{
+    self, Report, Resume, Tasks, Trigger, decode_mark, mark_key, offset_key,
+};
 use crate::error::{Error, Result};
-use crate::log::embedded::read_partition;
 use crate::state::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys};
 
-/// Most records one source partition contributes to one epoch.
-pub const EPOCH_ROWS: u64 = 262_144;
-
-/// Records read from a partition between checks of the epoch's size.
-const ROUND_ROWS: u64 = 16_384;
-
-/// Bytes of pending writes after which an epoch stops reading and commits.
-const EPOCH_BYTES: usize = 16 << 20;
+pub use crate::dataflow::task::EPOCH_ROWS;
 
 const EPOCH_KEY: &[u8] = b"\xffepoch";
 
@@ -71,15 +70,27 @@ pub struct Runtime {
     progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
 }
 
+/// A topic a dataflow reads.
+struct Input {
+    topic: u64,
+    partitions: u32,
+    is_view: bool,
+}
+
 struct Running {
-    dataflow: Dataflow,
-    /// Next offset per (source index, partition).
+    view: u64,
+    inputs: Vec<Input>,
+    tasks: Tasks,
+    /// Next offset per (source index, partition), as of the last epoch.
     offsets: HashMap<(usize, u32), u64>,
-    /// Per source: processing time of the last epoch that read records.
-    last_active: Vec<i64>,
-    /// Operators have been told the watermarks restored from state.
-    replayed: bool,
     failed: Option<String>,
+}
+
+/// What one dataflow did in one epoch.
+struct Outcome {
+    records: u64,
+    offsets: HashMap<(usize, u32), u64>,
+    states: Vec<crate::dataflow::state::EpochState>,
 }
 
 struct Waiter {
@@ -96,9 +107,14 @@ impl Runtime {
         let shared = progress.clone();
         let db = Arc::downgrade(&db);
         let interval = settings.barrier_interval;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let tasks = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("weir-operator")
+            .build()?;
         std::thread::Builder::new()
             .name("weir-dataflow".into())
-            .spawn(move || Worker::new(db, shared, settings).run(rx, interval))?;
+            .spawn(move || Worker::new(db, shared, settings, tasks).run(rx, interval))?;
         Ok(Runtime { tx, progress })
     }
 
@@ -149,6 +165,8 @@ struct Worker {
     epoch: u64,
     progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
     settings: Settings,
+    /// Where the dataflows' tasks run.
+    tasks: tokio::runtime::Runtime,
 }
 
 impl Worker {
@@ -156,6 +174,7 @@ impl Worker {
         db: std::sync::Weak<DB>,
         progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
         settings: Settings,
+        tasks: tokio::runtime::Runtime,
     ) -> Worker {
         Worker {
             db,
@@ -164,6 +183,7 @@ impl Worker {
             epoch: 0,
             progress,
             settings,
+            tasks,
         }
     }
 
@@ -203,7 +223,8 @@ impl Worker {
                 let _ = reply.send(outcome);
             }
             Command::Drop(view, reply) => {
-                self.running.retain(|r| r.dataflow.view != view);
+                // Dropping a dataflow's handle closes its channels: its tasks end.
+                self.running.retain(|r| r.view != view);
                 self.progress
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -239,28 +260,44 @@ impl Worker {
         }
     }
 
-    fn add(&mut self, mut dataflow: Dataflow) -> Result<()> {
+    fn add(&mut self, dataflow: Dataflow) -> Result<()> {
         let db = self.db.upgrade().ok_or(Error::ShuttingDown)?;
-        if let Some(bytes) = db.get_cf(cf(&db, CF_STATE), marks_key(&dataflow))? {
-            dataflow.marks.decode(&bytes);
-        }
-        let now = (self.settings.now)();
-        let last_active = vec![now; dataflow.sources.len()];
         if self.epoch == 0 {
             self.epoch = read_u64(&db, EPOCH_KEY)?.unwrap_or(0);
         }
-        let mut offsets = HashMap::new();
+        let view = dataflow.view;
+        let mut resume = Resume {
+            now: (self.settings.now)(),
+            ..Resume::default()
+        };
+        let mut inputs = Vec::new();
         for (index, source) in dataflow.sources.iter().enumerate() {
             for partition in 0..source.partitions() {
-                let key = offset_key(&dataflow, index, partition);
-                offsets.insert((index, partition), read_u64(&db, &key)?.unwrap_or(0));
+                let key = offset_key(view, index, partition);
+                let offset = read_u64(&db, &key)?.unwrap_or(0);
+                resume.offsets.insert((index, partition), offset);
             }
+            resume
+                .sources
+                .push(read_mark(&db, &mark_key(view, b"\xffws", index))?);
+            inputs.push(Input {
+                topic: source.topic(),
+                partitions: source.partitions(),
+                is_view: source.table.def.is_view,
+            });
         }
+        for node in 0..dataflow.nodes.len() {
+            resume
+                .nodes
+                .push(read_mark(&db, &mark_key(view, b"\xffwn", node))?);
+        }
+        let offsets = resume.offsets.clone();
+        let tasks = task::spawn(dataflow, self.tasks.handle(), self.db.clone(), resume);
         self.running.push(Running {
-            dataflow,
+            view,
+            inputs,
+            tasks,
             offsets,
-            last_active,
-            replayed: false,
             failed: None,
         });
         Ok(())
@@ -272,13 +309,13 @@ impl Worker {
         for running in self
             .running
             .iter()
-            .filter(|r| view.is_none_or(|v| r.dataflow.view == v))
+            .filter(|r| view.is_none_or(|v| r.view == v))
         {
-            for source in &running.dataflow.sources {
-                for partition in 0..source.partitions() {
+            for input in &running.inputs {
+                for partition in 0..input.partitions {
                     targets.insert(
-                        (source.topic(), partition),
-                        log_end(db, source.topic(), partition)?,
+                        (input.topic, partition),
+                        log_end(db, input.topic, partition)?,
                     );
                 }
             }
@@ -287,35 +324,43 @@ impl Worker {
     }
 
     fn epoch(&mut self, db: &Arc<DB>) -> Result<()> {
-        let view = Arc::new(ReadView::new(db.clone(), |db| db.snapshot()));
+        let now = (self.settings.now)();
         let barrier = Barrier {
             epoch: self.epoch + 1,
+            now,
         };
+        let view = Arc::new(ReadView::new(db.clone(), |db| db.snapshot()));
+        let idle_timeout = self.settings.idle_timeout.as_micros() as i64;
+        // Every dataflow runs its epoch at the same time; then each is heard.
+        for running in self.running.iter_mut().filter(|r| r.failed.is_none()) {
+            running.tasks.budget.store(0, Ordering::Relaxed);
+            let trigger = Trigger {
+                barrier,
+                view: view.clone(),
+                idle_timeout,
+            };
+            if running.tasks.control.blocking_send(trigger).is_err() {
+                running.failed = Some("its tasks have stopped".into());
+            }
+        }
+        drop(view);
         let mut batch = WriteBatch::default();
         let mut changed = false;
-        let now = (self.settings.now)();
-        let idle_timeout = self.settings.idle_timeout.as_micros() as i64;
-        let mut late = Vec::new();
-        for running in &mut self.running {
-            if running.failed.is_some() {
-                continue;
-            }
-            let mut state = EpochState::new(db.clone());
-            state.now = now;
-            // A bug in one operator must not take every view, or the server, down.
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                step(running, &view, barrier, idle_timeout, &mut state)
-            }))
-            .unwrap_or_else(|panic| Err(Error::Internal(panic_message(&panic))));
-            match outcome {
-                Ok(read) => {
-                    changed |= read > 0 || !state.is_empty();
-                    late.append(&mut state.late);
-                    state.drain_into(&mut batch);
+        let mut late: Vec<LateEvent> = Vec::new();
+        for running in self.running.iter_mut().filter(|r| r.failed.is_none()) {
+            match collect(&mut running.tasks) {
+                Ok(outcome) => {
+                    changed |= outcome.records > 0;
+                    for mut state in outcome.states {
+                        changed |= !state.is_empty();
+                        late.append(&mut state.late);
+                        state.drain_into(&mut batch);
+                    }
+                    running.offsets = outcome.offsets;
                 }
-                Err(e) => {
-                    tracing::error!(view = running.dataflow.view, cause = %e, "view failed; it stops updating");
-                    running.failed = Some(e.to_string());
+                Err(reason) => {
+                    tracing::error!(view = running.view, cause = %reason, "view failed; it stops updating");
+                    running.failed = Some(reason);
                 }
             }
         }
@@ -340,14 +385,14 @@ impl Worker {
         let mut progress = self.progress.lock().unwrap_or_else(|p| p.into_inner());
         for running in &self.running {
             let (mut read, mut total) = (0u64, 0u64);
-            for (index, source) in running.dataflow.sources.iter().enumerate() {
-                for partition in 0..source.partitions() {
+            for (index, input) in running.inputs.iter().enumerate() {
+                for partition in 0..input.partitions {
                     read += running
                         .offsets
                         .get(&(index, partition))
                         .copied()
                         .unwrap_or(0);
-                    total += log_end(db, source.topic(), partition).unwrap_or(0);
+                    total += log_end(db, input.topic, partition).unwrap_or(0);
                 }
             }
             let fraction = if total == 0 {
@@ -355,7 +400,7 @@ impl Worker {
             } else {
                 (read as f64 / total as f64).min(1.0)
             };
-            progress.insert(running.dataflow.view, fraction);
+            progress.insert(running.view, fraction);
         }
     }
 
@@ -378,24 +423,24 @@ impl Worker {
         for running in self
             .running
             .iter()
-            .filter(|r| waiter.view.is_none_or(|v| r.dataflow.view == v))
+            .filter(|r| waiter.view.is_none_or(|v| r.view == v))
         {
             if let Some(reason) = &running.failed {
                 return Err(Error::Internal(format!(
                     "view {} failed: {reason}",
-                    running.dataflow.view
+                    running.view
                 )));
             }
-            for (index, source) in running.dataflow.sources.iter().enumerate() {
-                for partition in 0..source.partitions() {
+            for (index, input) in running.inputs.iter().enumerate() {
+                for partition in 0..input.partitions {
                     let read = running
                         .offsets
                         .get(&(index, partition))
                         .copied()
                         .unwrap_or(0);
-                    let target = match waiter.targets.get(&(source.topic(), partition)) {
-                        Some(t) if !source.table.def.is_view => *t,
-                        _ => log_end(db, source.topic(), partition)?,
+                    let target = match waiter.targets.get(&(input.topic, partition)) {
+                        Some(t) if !input.is_view => *t,
+                        _ => log_end(db, input.topic, partition)?,
                     };
                     if read < target {
                         return Ok(false);
@@ -407,117 +452,32 @@ impl Worker {
     }
 }
 
-/// One epoch of one dataflow; returns how many records it read.
-fn step(
-    running: &mut Running,
-    view: &ReadView,
-    barrier: Barrier,
-    idle_timeout: i64,
-    state: &mut EpochState,
-) -> Result<u64> {
-    if !running.replayed {
-        running.dataflow.replay_watermarks(state)?;
-        running.replayed = true;
-    }
-    let mut total = 0;
-    let mut next_offsets = running.offsets.clone();
-    let marks_before = running.dataflow.marks.clone();
-    for index in 0..running.dataflow.sources.len() {
-        let read = read_source(running, index, view, &mut next_offsets, state)?;
-        if read > 0 {
-            running.last_active[index] = state.now;
-        }
-        running.dataflow.marks.idle[index] =
-            state.now.saturating_sub(running.last_active[index]) >= idle_timeout;
-        total += read;
-    }
-    running.dataflow.advance_watermarks(state)?;
-    running.dataflow.barrier(barrier, state)?;
-    running.offsets = next_offsets;
-    let marks = &running.dataflow.marks;
-    if marks.sources != marks_before.sources || marks.nodes != marks_before.nodes {
-        state.put(marks_key(&running.dataflow), marks.encode());
-    }
-    Ok(total)
-}
-
-/// Push what one source's topic gained into its dataflow, with the
-/// watermarks its chunks carry; returns how many records it read.
-fn read_source(
-    running: &mut Running,
-    index: usize,
-    view: &ReadView,
-    next_offsets: &mut HashMap<(usize, u32), u64>,
-    state: &mut EpochState,
-) -> Result<u64> {
-    let (topic, partitions, node) = {
-        let source = &running.dataflow.sources[index];
-        (source.topic(), source.partitions(), source.node)
+/// Wait for every report of one dataflow's epoch.
+fn collect(tasks: &mut Tasks) -> std::result::Result<Outcome, String> {
+    let mut outcome = Outcome {
+        records: 0,
+        offsets: HashMap::new(),
+        states: Vec::new(),
     };
-    // With one partition, each write's watermark applies right after its
-    // rows; with several, after the epoch's reads of all of them, so that no
-    // row is judged against a watermark its own write had not yet raised.
-    let exact = partitions == 1;
-    let mut highest = None;
-    let mut total = 0;
-    for partition in 0..partitions {
-        let from = next_offsets.get(&(index, partition)).copied().unwrap_or(0);
-        let mut at = from;
-        // Read in rounds, and end the epoch early once its writes grow
-        // large: an epoch's writes are held in memory until it commits.
-        loop {
-            let budget = (EPOCH_ROWS - (at - from)).min(ROUND_ROWS);
-            if budget == 0 || state.pending_bytes() > EPOCH_BYTES {
-                break;
+    for _ in 0..tasks.expected {
+        match tasks.reports.blocking_recv() {
+            Some(Report::Read { records, offsets }) => {
+                outcome.records = records;
+                outcome.offsets = offsets;
             }
-            let mut batches = Vec::new();
-            let mut read = 0;
-            read_partition(view, topic, partition, at, |_, chunk| {
-                let take = (budget - read).min(chunk.entries.len() as u64) as usize;
-                // A watermark holds only once its whole chunk has been read.
-                let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
-                let mut entries = chunk.entries;
-                entries.truncate(take);
-                let chunk = crate::log::Chunk { entries, watermark };
-                batches.push((running.dataflow.sources[index].decode(&chunk)?, watermark));
-                read += take as u64;
-                Ok(read < budget)
-            })?;
-            for (batch, watermark) in batches {
-                if !batch.is_empty() {
-                    running.dataflow.deliver(node, 0, batch, state)?;
-                }
-                match watermark {
-                    Some(w) if exact => running.dataflow.source_watermark(index, w, state)?,
-                    other => highest = highest.max(other),
-                }
-            }
-            at += read;
-            if read < budget {
-                break;
-            }
-        }
-        let read = at - from;
-        if read > 0 {
-            next_offsets.insert((index, partition), at);
-            state.put(
-                offset_key(&running.dataflow, index, partition),
-                at.to_be_bytes().to_vec(),
-            );
-            total += read;
+            Some(Report::Sealed(state)) => outcome.states.push(*state),
+            Some(Report::Failed(reason)) => return Err(reason),
+            None => return Err("its tasks have stopped".into()),
         }
     }
-    if let Some(w) = highest {
-        running.dataflow.source_watermark(index, w, state)?;
-    }
-    Ok(total)
+    Ok(outcome)
 }
 
 /// Append the epoch's late rows to the `late_events` table's log.
 fn record_late(
     db: &DB,
     table: &crate::catalog::Table,
-    late: &[crate::dataflow::state::LateEvent],
+    late: &[LateEvent],
     now: i64,
     batch: &mut WriteBatch,
 ) -> Result<()> {
@@ -541,27 +501,10 @@ fn record_late(
     Ok(())
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    let text = panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into());
-    format!("an operator panicked: {text}")
-}
-
-fn offset_key(dataflow: &Dataflow, source: usize, partition: u32) -> Vec<u8> {
-    let mut key = dataflow.view.to_be_bytes().to_vec();
-    key.extend_from_slice(b"\xffsrc");
-    key.extend_from_slice(&(source as u32).to_be_bytes());
-    key.extend_from_slice(&partition.to_be_bytes());
-    key
-}
-
-fn marks_key(dataflow: &Dataflow) -> Vec<u8> {
-    let mut key = dataflow.view.to_be_bytes().to_vec();
-    key.extend_from_slice(b"\xffwm");
-    key
+fn read_mark(db: &DB, key: &[u8]) -> Result<Option<i64>> {
+    Ok(db
+        .get_cf(cf(db, CF_STATE), key)?
+        .and_then(|bytes| decode_mark(&bytes)))
 }
 
 fn read_u64(db: &DB, key: &[u8]) -> Result<Option<u64>> {

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rocksdb::{DB, WriteBatch};
 
@@ -41,12 +42,18 @@ pub struct EpochState {
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Log chunks appended this epoch.
     log: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Bytes written so far, roughly: keys and values, overwrites counted again.
-    bytes: usize,
+    /// Bytes written so far, roughly: keys and values, overwrites counted
+    /// again; shared by every task of a dataflow, which sizes its epochs by it.
+    bytes: Arc<AtomicUsize>,
 }
 
 impl EpochState {
     pub fn new(db: Arc<DB>) -> EpochState {
+        EpochState::with_budget(db, Arc::default())
+    }
+
+    /// State whose writes are counted in `bytes`, with other tasks' writes.
+    pub fn with_budget(db: Arc<DB>, bytes: Arc<AtomicUsize>) -> EpochState {
         EpochState {
             db,
             now: 0,
@@ -54,7 +61,7 @@ impl EpochState {
             writes: BTreeMap::new(),
             rows: BTreeMap::new(),
             log: Vec::new(),
-            bytes: 0,
+            bytes,
         }
     }
 
@@ -75,21 +82,30 @@ impl EpochState {
 
     /// Bytes of writes pending, roughly.
     pub fn pending_bytes(&self) -> usize {
-        self.bytes
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Count memory an operator holds until the barrier as pending writes.
+    pub fn account(&self, bytes: usize) {
+        self.count(bytes);
+    }
+
+    fn count(&self, bytes: usize) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
     pub fn put_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.bytes += key.len() + value.len();
+        self.count(key.len() + value.len());
         self.rows.insert(key, Some(value));
     }
 
     pub fn delete_row(&mut self, key: Vec<u8>) {
-        self.bytes += key.len();
+        self.count(key.len());
         self.rows.insert(key, None);
     }
 
     pub fn append_log(&mut self, key: Vec<u8>, chunk: Vec<u8>) {
-        self.bytes += key.len() + chunk.len();
+        self.count(key.len() + chunk.len());
         self.log.push((key, chunk));
     }
 
@@ -105,12 +121,12 @@ impl EpochState {
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.bytes += key.len() + value.len();
+        self.count(key.len() + value.len());
         self.writes.insert(key, Some(value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
-        self.bytes += key.len();
+        self.count(key.len());
         self.writes.insert(key, None);
     }
 

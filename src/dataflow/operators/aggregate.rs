@@ -437,31 +437,37 @@ impl Operator for Aggregate {
             .zip(&self.values)
             .map(|((arg, spec), values)| Input::prepare(spec, arg.as_ref(), values.as_ref()))
             .collect::<Result<Vec<_>>>()?;
-        let diffs = batch.diffs();
-        let mut values: FastMap<(usize, usize, &[u8]), i64> = FastMap::default();
-        let accumulating = self.aggs.iter().any(|a| a.accumulator.is_some());
-        let mut slots: Vec<usize> = Vec::new();
+        let diffs = batch.diffs().values();
+        let mut slots: Vec<usize> = Vec::with_capacity(n);
         for row in 0..n {
-            let diff = diffs.value(row);
             let key: &[u8] = keys.as_ref().map_or(&[], |rows| rows.row(row).data());
             let slot = self.slot(key, cx)?;
-            if accumulating {
-                slots.push(slot);
-            }
-            let state = &mut self.groups_cache[slot].state;
-            state.rows += diff;
-            for (a, input) in inputs.iter().enumerate() {
-                input.apply(a, row, diff, state);
-                if let Some(value) = input.multiset_value(row) {
-                    let spec = &self.aggs[a];
-                    if spec.append_only && spec.kind != AggKind::CountDistinct {
-                        keep_extreme(&mut state.slots[a].extreme, value, spec.kind);
-                    } else {
-                        *values.entry((a, slot, value)).or_insert(0) += diff;
-                    }
+            self.groups_cache[slot].state.rows += diffs[row];
+            slots.push(slot);
+        }
+        // One aggregate at a time over the whole batch: the match on the
+        // input's kind is decided once, not once a row.
+        let mut values: FastMap<(usize, usize, &[u8]), i64> = FastMap::default();
+        for (a, input) in inputs.iter().enumerate() {
+            input.apply(a, &slots, diffs, &mut self.groups_cache);
+            let Input::Values { valid, rows } = input else {
+                continue;
+            };
+            let spec = &self.aggs[a];
+            for (row, slot) in slots.iter().enumerate() {
+                if !valid.is_valid(row) {
+                    continue;
+                }
+                let value = rows.row(row).data();
+                if spec.append_only && spec.kind != AggKind::CountDistinct {
+                    let extreme = &mut self.groups_cache[*slot].state.slots[a].extreme;
+                    keep_extreme(extreme, value, spec.kind);
+                } else {
+                    *values.entry((a, *slot, value)).or_insert(0) += diffs[row];
                 }
             }
         }
+        let accumulating = self.aggs.iter().any(|a| a.accumulator.is_some());
         if accumulating {
             self.accumulate(&batch, &slots)?;
         }
@@ -920,42 +926,61 @@ impl Input {
         })
     }
 
-    fn apply(&self, a: usize, row: usize, diff: i64, state: &mut GroupState) {
+    /// Fold the batch into the groups' slots for aggregate `a`; `slots`
+    /// gives each row's group.
+    fn apply(&self, a: usize, slots: &[usize], diffs: &[i64], groups: &mut [Group]) {
+        let rows = slots.iter().zip(diffs).enumerate();
         match self {
-            Input::None => {}
-            Input::Valid(array) if array.is_valid(row) => state.slots[a].count += diff,
-            Input::Extremes { array, max } if array.is_valid(row) => {
-                let slot = &mut state.slots[a];
-                let value = i128::from(array.value(row));
-                let better = slot.count == 0
-                    || (*max && value > slot.int_sum)
-                    || (!*max && value < slot.int_sum);
-                if better {
-                    slot.int_sum = value;
+            Input::None | Input::Values { .. } => {}
+            Input::Valid(array) => {
+                for (row, (slot, diff)) in rows {
+                    if array.is_valid(row) {
+                        groups[*slot].state.slots[a].count += diff;
+                    }
                 }
-                slot.count += diff;
             }
-            Input::Ints(array) if array.is_valid(row) => {
-                state.slots[a].count += diff;
-                state.slots[a].int_sum += i128::from(array.value(row)) * i128::from(diff);
+            Input::Extremes { array, max } => {
+                for (row, (slot, diff)) in rows {
+                    if array.is_valid(row) {
+                        let slot = &mut groups[*slot].state.slots[a];
+                        let value = i128::from(array.value(row));
+                        let better = slot.count == 0
+                            || (*max && value > slot.int_sum)
+                            || (!*max && value < slot.int_sum);
+                        if better {
+                            slot.int_sum = value;
+                        }
+                        slot.count += diff;
+                    }
+                }
             }
-            Input::Decimals(array) if array.is_valid(row) => {
-                state.slots[a].count += diff;
-                state.slots[a].int_sum += array.value(row) * i128::from(diff);
+            Input::Ints(array) => {
+                for (row, (slot, diff)) in rows {
+                    if array.is_valid(row) {
+                        let slot = &mut groups[*slot].state.slots[a];
+                        slot.count += diff;
+                        slot.int_sum += i128::from(array.value(row)) * i128::from(*diff);
+                    }
+                }
             }
-            Input::Floats(array) if array.is_valid(row) => {
-                state.slots[a].count += diff;
-                state.slots[a].float_sum += array.value(row) * diff as f64;
+            Input::Decimals(array) => {
+                for (row, (slot, diff)) in rows {
+                    if array.is_valid(row) {
+                        let slot = &mut groups[*slot].state.slots[a];
+                        slot.count += diff;
+                        slot.int_sum += array.value(row) * i128::from(*diff);
+                    }
+                }
             }
-            // min, max and count(DISTINCT) live in the multiset.
-            _ => {}
-        }
-    }
-
-    fn multiset_value(&self, row: usize) -> Option<&[u8]> {
-        match self {
-            Input::Values { valid, rows } if valid.is_valid(row) => Some(rows.row(row).data()),
-            _ => None,
+            Input::Floats(array) => {
+                for (row, (slot, diff)) in rows {
+                    if array.is_valid(row) {
+                        let slot = &mut groups[*slot].state.slots[a];
+                        slot.count += diff;
+                        slot.float_sum += array.value(row) * *diff as f64;
+                    }
+                }
+            }
         }
     }
 }
@@ -1068,7 +1093,7 @@ mod tests {
         let prefix = b"test".to_vec();
         let mut cx = Context::new(&mut state, &prefix);
         op.on_changes(0, input, &mut cx).expect("changes");
-        op.on_barrier(Barrier { epoch: 1 }, &mut cx)
+        op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
             .expect("barrier");
         let out = render(&cx.take_output());
         let mut batch = rocksdb::WriteBatch::default();
@@ -1211,7 +1236,7 @@ mod tests {
                 &mut cx,
             )
             .expect("watermark");
-            op.on_barrier(Barrier { epoch: 1 }, &mut cx)
+            op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
                 .expect("barrier");
             emitted += cx.take_output().iter().map(ChangeBatch::len).sum::<usize>();
             let mut batch = rocksdb::WriteBatch::default();

@@ -231,8 +231,10 @@ impl Operator for Materialize {
         &mut self,
         _input: usize,
         batch: ChangeBatch,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Result<()> {
+        // Held until the barrier: it counts towards the epoch's size.
+        cx.state.account(batch.rows().get_array_memory_size());
         self.pending.push(batch);
         Ok(())
     }

@@ -429,7 +429,7 @@ mod tests {
                 &mut cx,
             )
             .expect("watermark");
-            op.on_barrier(Barrier { epoch: 1 }, &mut cx)
+            op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
                 .expect("barrier");
             for batch in cx.take_output() {
                 inserted += batch.diffs().values().iter().sum::<i64>();
