@@ -2,6 +2,7 @@
 
 pub mod change;
 pub mod graph;
+pub mod join_bounds;
 pub mod late;
 pub mod operator;
 pub mod operators;

@@ -263,8 +263,15 @@ impl<'a> Planner<'a> {
             .as_ref()
             .map(|f| self.expr(f, &j.schema))
             .transpose()?;
-        let op = Join::new(left_side, right_side, residual, arrow_schema(plan))?
+        let mut op = Join::new(left_side, right_side, residual, arrow_schema(plan))?
             .outer(left_outer, right_outer);
+        // Rows that come and go have no time after which they are done.
+        if self.is_append_only(&j.left)
+            && self.is_append_only(&j.right)
+            && let Some(expiry) = crate::dataflow::join_bounds::expiry(self.catalog, j)
+        {
+            op = op.bounded(expiry, self.view_name.clone());
+        }
         Ok(self.push(Box::new(op), vec![left, right]))
     }
 

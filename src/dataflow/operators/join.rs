@@ -15,9 +15,18 @@
 //! nothing under its key; when the other side's first row for the key
 //! arrives it is retracted, and when the last one leaves it comes back.
 //!
+//! Interval and window joins of append-only inputs bound each side's state
+//! in time ([`Expiry`]): a row is deleted once the watermark shows that no
+//! row still to come on the other side can match it. An interval join also
+//! drops rows that arrive behind the watermark, as late, because partners
+//! they would have matched may be gone; a window join leaves lateness to the
+//! window operators before it.
+//!
 //! # State layout (under the operator's prefix)
 //! - `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row (row
 //!   format) -> multiplicity (i64 LE)
+//! - bounded joins: `e` ++ expiry time (i64, order-preserving) ++ the key
+//!   of the row's entry above (without the prefix) -> empty
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,8 +39,9 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
-use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
 use crate::error::Result;
 use crate::state::keys::prefix_end;
@@ -44,8 +54,25 @@ pub struct Side {
     pub schema: SchemaRef,
 }
 
+/// How long a row of one side can still find a partner: while its time
+/// plus `keep` has not fallen behind the watermark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expiry {
+    /// The side's column holding the row's time.
+    pub column: usize,
+    /// Microseconds.
+    pub keep: i64,
+    /// Rows behind the watermark on arrival are late and dropped.
+    pub drop_late: bool,
+}
+
 pub struct Join {
     sides: [Side; 2],
+    /// Interval and window joins: when each side's rows expire.
+    expiry: Option<[Expiry; 2]>,
+    /// The view, named in late events.
+    view: String,
+    watermark: Option<i64>,
     /// Converts join keys; both sides' keys have the same types.
     key_rows: RowConverter,
     /// Converts each side's whole rows.
@@ -56,6 +83,11 @@ pub struct Join {
     schema: SchemaRef,
     /// Which sides keep their unmatched rows, padded with NULLs.
     preserve: [bool; 2],
+}
+
+/// An `i64` as bytes that sort like the numbers.
+fn ordered(value: i64) -> [u8; 8] {
+    ((value as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 fn tag(side: usize) -> &'static [u8] {
@@ -90,7 +122,69 @@ impl Join {
             residual,
             schema: crate::catalog::nullable(&schema),
             preserve: [false, false],
+            expiry: None,
+            view: String::new(),
+            watermark: None,
         })
+    }
+
+    /// Delete each side's rows once they can no longer match (`view` is
+    /// named in the late events of an interval join).
+    pub fn bounded(mut self, expiry: [Expiry; 2], view: String) -> Join {
+        self.expiry = Some(expiry);
+        self.view = view;
+        self
+    }
+
+    /// Each row's expiry time, `None` for rows without a time; and the batch
+    /// without the rows that arrived late, which are recorded.
+    fn expiring(
+        &self,
+        side: usize,
+        batch: ChangeBatch,
+        cx: &mut Context<'_>,
+    ) -> Result<(ChangeBatch, Vec<Option<i64>>)> {
+        let Some(expiry) = self.expiry.as_ref().map(|e| &e[side]) else {
+            return Ok((batch, Vec::new()));
+        };
+        let times = crate::catalog::micros(batch.rows().column(expiry.column))?;
+        let late: Vec<u32> = match self.watermark {
+            Some(w) if expiry.drop_late => (0..times.len() as u32)
+                .filter(|i| times.is_valid(*i as usize) && times.value(*i as usize) < w)
+                .collect(),
+            _ => Vec::new(),
+        };
+        if late.is_empty() {
+            let at = times
+                .iter()
+                .map(|t| t.map(|t| t.saturating_add(expiry.keep)));
+            return Ok((batch, at.collect()));
+        }
+        let watermark = self.watermark.unwrap_or(i64::MIN);
+        record_late(&self.view, batch.rows(), &times, &late, watermark, cx)?;
+        let kept: Vec<u32> = (0..times.len() as u32)
+            .filter(|i| late.binary_search(i).is_err())
+            .collect();
+        let at = kept.iter().map(|i| {
+            let i = *i as usize;
+            times
+                .is_valid(i)
+                .then(|| times.value(i).saturating_add(expiry.keep))
+        });
+        let at = at.collect();
+        Ok((batch.take(&UInt32Array::from(kept))?, at))
+    }
+
+    /// Delete the rows of both sides that expire before `watermark`.
+    fn expire(&self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
+        let lower = cx.key(b"e");
+        let upper = cx.key(&[b"e".as_slice(), &ordered(watermark)].concat());
+        for (key, _) in cx.state.scan(&lower, &upper)? {
+            let entry = cx.key(&key[lower.len() + 8..]);
+            cx.state.delete(entry);
+            cx.state.delete(key);
+        }
+        Ok(())
     }
 
     /// Keep unmatched rows of the left and/or right side (LEFT, RIGHT, FULL).
@@ -200,12 +294,32 @@ impl Operator for Join {
         if let Some(residual) = &self.residual {
             out.push_str(&format!(" filter {residual}"));
         }
+        if let Some([left, right]) = &self.expiry {
+            let bound = |side: &Side, e: &Expiry| {
+                let name = side.schema.field(e.column).name().clone();
+                format!("{name} + {}s", e.keep as f64 / 1e6)
+            };
+            out.push_str(&format!(
+                " expires left at {}, right at {}",
+                bound(&self.sides[0], left),
+                bound(&self.sides[1], right)
+            ));
+        }
         out
+    }
+
+    fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
+        self.watermark = self.watermark.max(Some(wm.micros));
+        if self.expiry.is_some() {
+            self.expire(wm.micros, cx)?;
+        }
+        Ok(Some(wm))
     }
 
     fn on_changes(&mut self, input: usize, batch: ChangeBatch, cx: &mut Context<'_>) -> Result<()> {
         let side = input.min(1);
         let other = 1 - side;
+        let (batch, expires) = self.expiring(side, batch, cx)?;
         let rows = batch.rows();
         let (keys, valid) = self.keys(side, rows)?;
         let encoded = self.rows[side].convert_columns(rows.columns())?;
@@ -269,6 +383,11 @@ impl Operator for Join {
                     Some(bytes) => read_count(&bytes)?,
                     None => 0,
                 };
+                if let Some(Some(at)) = expires.get(*row as usize) {
+                    let entry = &state_key[cx.prefix.len()..];
+                    let index = cx.key(&[b"e".as_slice(), &ordered(*at), entry].concat());
+                    cx.state.put(index, Vec::new());
+                }
                 match held + diff(*row) {
                     0 => cx.state.delete(state_key),
                     count => cx.state.put(state_key, count.to_le_bytes().to_vec()),
@@ -289,5 +408,93 @@ impl Operator for Join {
             None => cx.emit(changes),
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::TimestampMicrosecondArray;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::expressions::Column;
+
+    use super::*;
+    use crate::dataflow::state::EpochState;
+    use crate::state::Store;
+
+    fn side() -> Side {
+        let time = crate::dataflow::window::timestamp_type();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, true),
+            Field::new("ts", time, true),
+        ]));
+        Side {
+            keys: vec![Arc::new(Column::new("k", 0))],
+            schema,
+        }
+    }
+
+    fn rows(keys: Vec<i64>, times: Vec<i64>) -> ChangeBatch {
+        let batch = RecordBatch::try_new(
+            side().schema,
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(TimestampMicrosecondArray::from(times)),
+            ],
+        )
+        .expect("batch");
+        ChangeBatch::inserts(batch)
+    }
+
+    #[test]
+    fn interval_join_state_stays_bounded_on_an_endless_stream() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let (left, right) = (side(), side());
+        let joined: Vec<Field> = [&left.schema, &right.schema]
+            .iter()
+            .flat_map(|s| s.fields().iter().map(|f| f.as_ref().clone()))
+            .collect();
+        // left.ts BETWEEN right.ts AND right.ts + 10
+        let expiry = |keep| Expiry {
+            column: 1,
+            keep,
+            drop_late: true,
+        };
+        let mut op = Join::new(left, right, None, Arc::new(Schema::new(joined)))
+            .expect("join")
+            .bounded([expiry(0), expiry(10)], "v".into());
+        let (mut most, mut pairs) = (0, 0i64);
+        for step in 1..=200i64 {
+            let mut state = EpochState::new(store.db().clone());
+            let prefix = b"test".to_vec();
+            let mut cx = Context::new(&mut state, &prefix);
+            let keys: Vec<i64> = (0..10).collect();
+            let at = |offset| vec![step * 100 + offset; 10];
+            op.on_changes(1, rows(keys.clone(), at(0)), &mut cx)
+                .expect("right");
+            op.on_changes(0, rows(keys, at(5)), &mut cx).expect("left");
+            op.on_watermark(
+                Watermark {
+                    micros: step * 100 + 50,
+                },
+                &mut cx,
+            )
+            .expect("watermark");
+            pairs += cx
+                .take_output()
+                .iter()
+                .map(|b| b.diffs().values().iter().sum::<i64>())
+                .sum::<i64>();
+            let mut batch = rocksdb::WriteBatch::default();
+            state.drain_into(&mut batch);
+            store.db().write(batch).expect("commit");
+            most = most.max(store.state_entries(b"test"));
+        }
+        assert_eq!(pairs, 200 * 10);
+        assert_eq!(store.state_entries(b"test"), 0);
+        // One step's rows and their expiry index, at most.
+        assert!(most <= 40, "state grew to {most} entries");
     }
 }
