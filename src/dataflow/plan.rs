@@ -28,6 +28,7 @@ use crate::dataflow::graph::{Dataflow, Node, Source};
 use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
 use crate::dataflow::operators::join::{Join, Side};
+use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
 use crate::dataflow::operators::{
     Aggregate, Filter, Materialize, Project, SessionAssign, Union, WindowAssign,
 };
@@ -243,13 +244,48 @@ impl<'a> Planner<'a> {
                 "joins on IS NOT DISTINCT FROM are not supported in materialized views yet".into(),
             ));
         }
-        let left = self.node(&j.left)?;
-        let right = self.node(&j.right)?;
         let keys = |planner: &Self, side: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| {
             j.on.iter()
                 .map(|pair| planner.expr(pick(pair), side.schema()))
                 .collect::<Result<Vec<_>>>()
         };
+        if self.lookup(&j.left)?.is_some() {
+            return Err(Error::NotSupported(
+                "the table read FOR SYSTEM_TIME AS OF PROCTIME() must be on the right of its join"
+                    .into(),
+            ));
+        }
+        if let Some((table, steps)) = self.lookup(&j.right)? {
+            if right_outer {
+                return Err(Error::NotSupported(
+                    "a lookup join (FOR SYSTEM_TIME AS OF PROCTIME()) is an inner or a left join"
+                        .into(),
+                ));
+            }
+            let stream = self.node(&j.left)?;
+            let lookup = Lookup {
+                table,
+                steps,
+                keys: keys(self, &j.right, |p| &p.1)?,
+                schema: arrow_schema(&j.right),
+            };
+            let residual = j
+                .filter
+                .as_ref()
+                .map(|f| self.expr(f, &j.schema))
+                .transpose()?;
+            let op = LookupJoin::new(
+                keys(self, &j.left, |p| &p.0)?,
+                &arrow_schema(&j.left),
+                lookup,
+                residual,
+                arrow_schema(plan),
+                left_outer,
+            )?;
+            return Ok(self.push(Box::new(op), vec![stream]));
+        }
+        let left = self.node(&j.left)?;
+        let right = self.node(&j.right)?;
         let left_side = Side {
             keys: keys(self, &j.left, |p| &p.0)?,
             schema: arrow_schema(&j.left),
@@ -273,6 +309,41 @@ impl<'a> Planner<'a> {
             op = op.bounded(expiry, self.view_name.clone());
         }
         Ok(self.push(Box::new(op), vec![left, right]))
+    }
+
+    /// The table a join side reads FOR SYSTEM_TIME AS OF PROCTIME(), and the
+    /// steps from its rows to the side's, if the side is such a lookup.
+    fn lookup(&self, plan: &LogicalPlan) -> Result<Option<(Arc<Table>, Vec<Step>)>> {
+        let (inner, step) = match plan {
+            LogicalPlan::TableScan(scan) => {
+                let Some(lookup) = crate::sql::lookup::lookup_of(scan) else {
+                    return Ok(None);
+                };
+                let all = (0..lookup.relation.schema.fields().len()).collect();
+                let columns = scan.projection.clone().unwrap_or(all);
+                let step =
+                    Step::Columns(columns, Arc::new(scan.projected_schema.as_arrow().clone()));
+                return Ok(Some((lookup.relation, vec![step])));
+            }
+            LogicalPlan::SubqueryAlias(a) => return self.lookup(&a.input),
+            LogicalPlan::Projection(p) => {
+                let exprs = p
+                    .expr
+                    .iter()
+                    .map(|e| self.expr(e, p.input.schema()))
+                    .collect::<Result<Vec<_>>>()?;
+                (&p.input, Step::Project(exprs, arrow_schema(plan)))
+            }
+            LogicalPlan::Filter(f) => (
+                &f.input,
+                Step::Filter(self.expr(&f.predicate, f.input.schema())?),
+            ),
+            _ => return Ok(None),
+        };
+        Ok(self.lookup(inner)?.map(|(table, mut steps)| {
+            steps.push(step);
+            (table, steps)
+        }))
     }
 
     /// How an aggregate's groups close, if it groups by a window bound, and

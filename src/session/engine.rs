@@ -139,6 +139,9 @@ fn session_context(
         );
         ctx.register_udtf(name, Arc::new(function));
     }
+    let lookup =
+        crate::sql::lookup::LookupFunction::new(catalog.clone(), store.clone(), writer.clone());
+    ctx.register_udtf(crate::sql::lookup::FUNCTION, Arc::new(lookup));
     setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider).map_err(|e| Error::from(*e))?;
     Ok(ctx)
 }

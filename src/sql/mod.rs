@@ -3,6 +3,7 @@
 pub mod functions;
 pub mod handlers;
 pub mod keyaccess;
+pub mod lookup;
 pub mod parser;
 pub mod provider;
 pub mod window;

@@ -455,7 +455,7 @@ fn emit_clause(tokens: &[TokenWithSpan]) -> Result<EmitClause> {
 /// `TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), ...))` both become
 /// `TUMBLE('bids', 'date_time', ...)`, names passed as strings.
 pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
-    let tokens = unwrap_flink_windows(tokens);
+    let tokens = unwrap_flink_windows(rewrite_lookups(tokens));
     let solid: Vec<usize> = (0..tokens.len())
         .filter(|i| !is_space(&tokens[*i].token))
         .collect();
@@ -491,6 +491,50 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
             }
         }
     }
+    out
+}
+
+/// `t FOR SYSTEM_TIME AS OF PROCTIME()` in FROM becomes the table function
+/// call `lookup('t')`, which reads `t` as it is when a row is processed.
+fn rewrite_lookups(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    const TAIL: [&str; 5] = ["FOR", "SYSTEM_TIME", "AS", "OF", "PROCTIME"];
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !is_space(&tokens[*i].token))
+        .collect();
+    let token = |n: usize| solid.get(n).map(|i| &tokens[*i].token);
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut skip_to = 0;
+    for (n, &at) in solid.iter().enumerate() {
+        let matches = TAIL
+            .iter()
+            .enumerate()
+            .all(|(k, word)| token(n + 1 + k).is_some_and(|t| is_word(t, word)))
+            && token(n + 6) == Some(&Token::LParen)
+            && token(n + 7) == Some(&Token::RParen);
+        let Token::Word(name) = &tokens[at].token else {
+            continue;
+        };
+        if !matches || at < skip_to {
+            continue;
+        }
+        out.extend(tokens[skip_to..at].iter().cloned());
+        let name = if name.quote_style.is_some() {
+            name.value.clone()
+        } else {
+            name.value.to_lowercase()
+        };
+        let span = tokens[at].span;
+        for token in [
+            Token::make_word("lookup", None),
+            Token::LParen,
+            Token::SingleQuotedString(name),
+            Token::RParen,
+        ] {
+            out.push(TokenWithSpan::new(token, span));
+        }
+        skip_to = solid[n + 7] + 1;
+    }
+    out.extend(tokens[skip_to..].iter().cloned());
     out
 }
 

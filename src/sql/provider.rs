@@ -233,7 +233,7 @@ impl PartitionStream for RowScan {
 }
 
 /// Stored values as encoded rows: a multiset view stores each row with its multiplicity.
-fn expand(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> crate::Result<()> {
+pub fn expand(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> crate::Result<()> {
     if table.def.multiset {
         let (count, row) = crate::dataflow::operators::materialize::decode_counted(value)?;
         for _ in 0..count {

@@ -175,7 +175,7 @@ impl WindowFunction {
 }
 
 /// A table or column name, passed as a string (see `rewrite_windows`) or a plain name.
-fn name_argument(arg: &Expr, what: &str) -> crate::Result<String> {
+pub fn name_argument(arg: &Expr, what: &str) -> crate::Result<String> {
     match arg {
         Expr::Literal(ScalarValue::Utf8(Some(name)), _) => Ok(name.clone()),
         Expr::Column(c) => Ok(c.name.clone()),

@@ -3,6 +3,7 @@
 pub mod aggregate;
 pub mod filter;
 pub mod join;
+pub mod lookup;
 pub mod materialize;
 pub mod project;
 pub mod session;

@@ -1,0 +1,218 @@
+//! Lookup joins: `stream JOIN t FOR SYSTEM_TIME AS OF PROCTIME() AS d ON ...`.
+//!
+//! # Algorithm
+//! Each batch of stream changes is joined with the table's rows as they are
+//! when the batch is processed: the operator reads the table's committed
+//! rows, runs the lookup side's projections and filters over them, and
+//! matches by key. It keeps no state at all, so later changes to the table
+//! never rewrite earlier results, and a retraction on the stream side
+//! retracts what the table holds now (for append-only streams there are
+//! none). A LEFT lookup join pads stream rows without a match with NULLs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array};
+use datafusion::arrow::compute::take_arrays;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::catalog::Table;
+use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::operator::{Context, Operator};
+use crate::error::Result;
+use crate::state::{CF_ROWS, cf, keys};
+
+/// One step from the table's rows to the lookup side's rows.
+pub enum Step {
+    /// Keep these columns.
+    Columns(Vec<usize>, SchemaRef),
+    Filter(Arc<dyn PhysicalExpr>),
+    Project(Vec<Arc<dyn PhysicalExpr>>, SchemaRef),
+}
+
+pub struct LookupJoin {
+    table: Arc<Table>,
+    /// From the table's rows to the lookup side, bottom up.
+    steps: Vec<Step>,
+    stream_keys: Vec<Arc<dyn PhysicalExpr>>,
+    lookup_keys: Vec<Arc<dyn PhysicalExpr>>,
+    key_rows: RowConverter,
+    residual: Option<Arc<dyn PhysicalExpr>>,
+    /// Stream columns then lookup columns, all nullable.
+    schema: SchemaRef,
+    /// LEFT: stream rows without a match go out padded with NULLs.
+    pad: bool,
+}
+
+/// The lookup side of a join, as the planner describes it.
+pub struct Lookup {
+    pub table: Arc<Table>,
+    pub steps: Vec<Step>,
+    pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    pub schema: SchemaRef,
+}
+
+impl LookupJoin {
+    pub fn new(
+        stream_keys: Vec<Arc<dyn PhysicalExpr>>,
+        stream_schema: &SchemaRef,
+        lookup: Lookup,
+        residual: Option<Arc<dyn PhysicalExpr>>,
+        schema: SchemaRef,
+        pad: bool,
+    ) -> Result<LookupJoin> {
+        let key_types = stream_keys
+            .iter()
+            .map(|k| Ok(SortField::new(k.data_type(stream_schema)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(LookupJoin {
+            table: lookup.table,
+            steps: lookup.steps,
+            stream_keys,
+            lookup_keys: lookup.keys,
+            key_rows: RowConverter::new(key_types)?,
+            residual,
+            schema: crate::catalog::nullable(&schema),
+            pad,
+        })
+    }
+
+    /// The lookup side's rows now: the table's committed rows, stepped.
+    fn current(&self, cx: &Context<'_>) -> Result<RecordBatch> {
+        let db = cx.state.db();
+        let prefix = keys::table_prefix(self.table.def.id);
+        let mut options = rocksdb::ReadOptions::default();
+        options.set_iterate_range(prefix.clone()..keys::prefix_end(&prefix));
+        let mut iter = db.raw_iterator_cf_opt(cf(db, CF_ROWS), options);
+        iter.seek(&prefix);
+        let mut rows = Vec::new();
+        while let Some(value) = iter.value() {
+            crate::sql::provider::expand(&self.table, value, &mut rows)?;
+            iter.next();
+        }
+        iter.status()?;
+        let mut batch = self.table.codec.decode(rows.iter().map(Vec::as_slice))?;
+        for step in &self.steps {
+            batch = match step {
+                Step::Columns(columns, schema) => {
+                    let arrays = columns.iter().map(|c| batch.column(*c).clone()).collect();
+                    RecordBatch::try_new(schema.clone(), arrays)?
+                }
+                Step::Filter(predicate) => ChangeBatch::inserts(batch)
+                    .filter(predicate.as_ref())?
+                    .rows()
+                    .clone(),
+                Step::Project(exprs, schema) => {
+                    let n = batch.num_rows();
+                    let arrays = exprs
+                        .iter()
+                        .map(|e| e.evaluate(&batch)?.into_array(n))
+                        .collect::<datafusion::error::Result<Vec<_>>>()?;
+                    RecordBatch::try_new(schema.clone(), arrays)?
+                }
+            };
+        }
+        Ok(batch)
+    }
+
+    fn key_columns(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+        Ok(exprs
+            .iter()
+            .map(|k| k.evaluate(batch)?.into_array(batch.num_rows()))
+            .collect::<datafusion::error::Result<Vec<_>>>()?)
+    }
+}
+
+impl Operator for LookupJoin {
+    fn name(&self) -> &'static str {
+        "LookupJoin"
+    }
+
+    fn describe(&self) -> String {
+        let keys = |exprs: &[Arc<dyn PhysicalExpr>]| {
+            exprs
+                .iter()
+                .map(|k| k.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let kind = if self.pad { "left" } else { "inner" };
+        format!(
+            "{kind} on [{}] = {}[{}] as of processing time",
+            keys(&self.stream_keys),
+            self.table.def.name,
+            keys(&self.lookup_keys)
+        )
+    }
+
+    fn on_changes(
+        &mut self,
+        _input: usize,
+        batch: ChangeBatch,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let table = self.current(cx)?;
+        let table_keys = Self::key_columns(&self.lookup_keys, &table)?;
+        let table_rows = self.key_rows.convert_columns(&table_keys)?;
+        let mut index: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        for i in 0..table.num_rows() {
+            if table_keys.iter().all(|c| c.is_valid(i)) {
+                index
+                    .entry(table_rows.row(i).data())
+                    .or_default()
+                    .push(i as u32);
+            }
+        }
+        let rows = batch.rows();
+        let stream_keys = Self::key_columns(&self.stream_keys, rows)?;
+        let stream_rows = self.key_rows.convert_columns(&stream_keys)?;
+        let (mut mine, mut theirs, mut weights) = (Vec::new(), Vec::new(), Vec::new());
+        let mut unmatched = Vec::new();
+        for i in 0..rows.num_rows() {
+            let valid = stream_keys.iter().all(|c| c.is_valid(i));
+            let found = valid
+                .then(|| index.get(stream_rows.row(i).data()))
+                .flatten();
+            match found {
+                Some(matches) => {
+                    for j in matches {
+                        mine.push(i as u32);
+                        theirs.push(*j);
+                        weights.push(batch.diffs().value(i));
+                    }
+                }
+                None if self.pad => unmatched.push(i as u32),
+                None => {}
+            }
+        }
+        let mut columns = take_arrays(rows.columns(), &UInt32Array::from(mine), None)?;
+        columns.extend(take_arrays(
+            table.columns(),
+            &UInt32Array::from(theirs),
+            None,
+        )?);
+        let mut batches = vec![RecordBatch::try_new(self.schema.clone(), columns)?];
+        if !unmatched.is_empty() {
+            weights.extend(unmatched.iter().map(|i| batch.diffs().value(*i as usize)));
+            let mut columns = take_arrays(rows.columns(), &UInt32Array::from(unmatched), None)?;
+            let n = columns.first().map_or(0, |c| c.len());
+            columns.extend(
+                table
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| new_null_array(f.data_type(), n)),
+            );
+            batches.push(RecordBatch::try_new(self.schema.clone(), columns)?);
+        }
+        let joined = datafusion::arrow::compute::concat_batches(&self.schema, &batches)?;
+        let changes = ChangeBatch::new(joined, Int64Array::from(weights))?;
+        match &self.residual {
+            Some(predicate) => cx.emit(changes.filter(predicate.as_ref())?),
+            None => cx.emit(changes),
+        }
+        Ok(())
+    }
+}
