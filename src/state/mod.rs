@@ -84,7 +84,7 @@ impl Store {
 }
 
 /// Memory for all memtables together.
-const MEMTABLE_BUDGET: usize = 256 << 20;
+const MEMTABLE_BUDGET: usize = 128 << 20;
 /// Memory for cached blocks, indexes and filters.
 const BLOCK_CACHE: usize = 64 << 20;
 
@@ -99,7 +99,7 @@ fn family_options(cache: &rocksdb::Cache) -> Options {
     options.set_block_based_table_factory(&table);
     // Larger memtables mean fewer flushes during bulk loads; the first
     // levels, rewritten soonest by compaction, are not worth compressing.
-    options.set_write_buffer_size(128 << 20);
+    options.set_write_buffer_size(64 << 20);
     options.set_max_write_buffer_number(3);
     options.set_compression_per_level(&[Plain, Plain, Lz4, Lz4, Lz4, Lz4, Lz4]);
     options
