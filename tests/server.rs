@@ -516,3 +516,42 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
         count(&client, "SELECT count(*) FROM ev").await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producers_retries_are_dropped_also_after_a_restart() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE STREAM s (v BIGINT);
+             SET weir.producer_id = 'p1';
+             SET weir.producer_seq = 7;",
+        )
+        .await
+        .expect("setup");
+    let first = copy_in(&client, "COPY s FROM STDIN", "1\n2\n3\n").await;
+    assert_eq!(first.expect("copy"), 3);
+    // The retry of a write whose acknowledgement was lost: the same tag, no rows.
+    let retry = copy_in(&client, "COPY s FROM STDIN", "1\n2\n3\n").await;
+    assert_eq!(retry.expect("copy retry"), 3);
+    assert_eq!(count(&client, "SELECT count(*) FROM s").await, 3);
+    drop(client);
+
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    client
+        .batch_execute("SET weir.producer_id = 'p1'; SET weir.producer_seq = 7;")
+        .await
+        .expect("set");
+    let after = client
+        .execute("INSERT INTO s VALUES (1), (2), (3)", &[])
+        .await;
+    assert_eq!(after.expect("retry after restart"), 3);
+    assert_eq!(count(&client, "SELECT count(*) FROM s").await, 3);
+    client
+        .batch_execute("SET weir.producer_seq = 8; INSERT INTO s VALUES (4);")
+        .await
+        .expect("next write");
+    assert_eq!(count(&client, "SELECT sum(v) FROM s").await, 10);
+}

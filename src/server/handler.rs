@@ -402,16 +402,26 @@ impl CopyHandler for QueryHandler {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let shared = session_of(client);
-        let (copy, flush) = {
+        let (copy, flush, producer) = {
             let mut session = shared.lock().await;
-            (session.copy.take(), session.implicit_flush())
+            (
+                session.copy.take(),
+                session.implicit_flush(),
+                session.producer(),
+            )
         };
         let Some(copy) = copy else {
             return Err(to_pg_error(Error::Internal(
                 "COPY data without a COPY statement".into(),
             )));
         };
-        let mut outcome = handlers::copy::finish(&self.engine, copy).await;
+        let mut outcome = match producer {
+            Ok(producer) => {
+                let finish = handlers::copy::finish(&self.engine, copy);
+                crate::state::writer::PRODUCER.scope(producer, finish).await
+            }
+            Err(e) => Err(e),
+        };
         if flush && outcome.is_ok() {
             outcome = self.engine.runtime.flush().await.and(outcome);
         }

@@ -85,6 +85,23 @@ impl Session {
         }
     }
 
+    /// The producer id and sequence number the session's next write is
+    /// published with (`SET weir.producer_id`, `SET weir.producer_seq`).
+    pub fn producer(&self) -> crate::Result<Option<crate::state::writer::Producer>> {
+        let set = |name: &str| {
+            self.variables
+                .get(name)
+                .filter(|v| !v.is_empty() && !v.eq_ignore_ascii_case("default"))
+        };
+        match (set(PRODUCER_ID), set(PRODUCER_SEQ)) {
+            (Some(id), Some(seq)) => Ok(Some((id.clone(), parse_seq(seq)?))),
+            (None, Some(_)) => Err(crate::Error::InvalidParameter(format!(
+                "{PRODUCER_SEQ} is set but {PRODUCER_ID} is not; SET {PRODUCER_ID} = '...' to publish idempotently"
+            ))),
+            _ => Ok(None),
+        }
+    }
+
     /// `SET implicit_flush = true` (or RisingWave's `rw_implicit_flush`).
     pub fn implicit_flush(&self) -> bool {
         ["implicit_flush", "rw_implicit_flush"].iter().any(|name| {
@@ -93,6 +110,18 @@ impl Session {
                 .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "on")
         })
     }
+}
+
+pub const PRODUCER_ID: &str = "weir.producer_id";
+pub const PRODUCER_SEQ: &str = "weir.producer_seq";
+
+/// A producer sequence number: a non-negative integer.
+pub fn parse_seq(value: &str) -> crate::Result<u64> {
+    value.trim().parse().map_err(|_| {
+        crate::Error::InvalidInput(format!(
+            "invalid value for {PRODUCER_SEQ}: \"{value}\"; it takes a non-negative integer"
+        ))
+    })
 }
 
 /// Run one statement.

@@ -238,7 +238,8 @@ fn show(rest: &[&str], tokens: &[TokenWithSpan]) -> Statement {
                 .skip(1)
                 .map(|t| t.token.to_string())
                 .collect::<Vec<_>>()
-                .join(" ");
+                .join(" ")
+                .replace(" . ", ".");
             Statement::ShowVariable(name.to_lowercase())
         }
     }
@@ -361,10 +362,18 @@ fn set(tokens: &[TokenWithSpan]) -> Result<Statement> {
     {
         at += 1;
     }
-    let name = words
+    let mut name = words
         .get(at)
         .map(|t| t.token.to_string().to_lowercase())
         .ok_or_else(|| Error::Syntax("SET needs a parameter name".into()))?;
+    // Qualified names, like weir.producer_id.
+    while let (Some(Token::Period), Some(Token::Word(part))) = (
+        words.get(at + 1).map(|t| &t.token),
+        words.get(at + 2).map(|t| &t.token),
+    ) {
+        name = format!("{name}.{}", part.value.to_lowercase());
+        at += 2;
+    }
     let mut rest = words[at + 1..].iter().map(|t| &t.token).peekable();
     let value_tokens: Vec<&Token> = match rest.peek() {
         Some(Token::Eq) => rest.skip(1).collect(),

@@ -204,6 +204,8 @@ impl TableProvider for TableSource {
         let sink = TableSink {
             table: self.table.clone(),
             writer: self.writer.clone(),
+            // The sink may run on another task than the statement.
+            producer: crate::state::writer::current_producer(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -341,6 +343,7 @@ fn spawn_reader(
 struct TableSink {
     table: Arc<Table>,
     writer: crate::state::writer::Writer,
+    producer: Option<crate::state::writer::Producer>,
 }
 
 impl DisplayAs for TableSink {
@@ -364,6 +367,10 @@ impl DataSink for TableSink {
         while let Some(batch) = data.next().await {
             batches.push(batch?);
         }
-        Ok(write::insert_batches(&self.table, &self.writer, &batches).await?)
+        let insert = write::insert_batches(&self.table, &self.writer, &batches);
+        let producer = self.producer.clone();
+        Ok(crate::state::writer::PRODUCER
+            .scope(producer, insert)
+            .await?)
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, chunk_len, decode_chunk, encode_chunk};
-use crate::state::{CF_LOG, CF_ROWS, cf, keys};
+use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
 /// What a write is applied to.
 #[derive(Clone)]
@@ -67,6 +67,19 @@ pub enum WriteOp {
     Update { changes: Vec<Change> },
 }
 
+impl WriteOp {
+    /// Rows the write touches, as its command tag counts them.
+    pub fn row_count(&self) -> u64 {
+        let n = match self {
+            WriteOp::Append { rows } | WriteOp::InsertUnkeyed { rows } => rows.len(),
+            WriteOp::Insert { rows } => rows.len(),
+            WriteOp::Delete { keys } => keys.len(),
+            WriteOp::Update { changes } => changes.len(),
+        };
+        n as u64
+    }
+}
+
 #[derive(Debug)]
 pub struct Change {
     pub old_key: Vec<u8>,
@@ -81,7 +94,28 @@ pub struct WriteRequest {
     /// The highest watermark the written rows imply (their event times
     /// minus the table's delay); `None` when the table has no watermark.
     pub watermark: Option<i64>,
+    /// The producer id and sequence number the write was published with.
+    pub producer: Option<Producer>,
     pub reply: oneshot::Sender<Result<u64>>,
+}
+
+/// An idempotent publisher's id and the sequence number of one write.
+pub type Producer = (String, u64);
+
+tokio::task_local! {
+    /// The producer id and sequence number of the statement being run, when
+    /// its session set them (`SET weir.producer_id`, `SET weir.producer_seq`).
+    pub static PRODUCER: Option<Producer>;
+}
+
+/// The producer of the statement this task runs, if any.
+pub fn current_producer() -> Option<Producer> {
+    PRODUCER.try_with(Clone::clone).ok().flatten()
+}
+
+/// Where the last committed sequence number of a producer is kept.
+fn producer_key(id: &str) -> Vec<u8> {
+    [b"\xffproducer\x00".as_slice(), id.as_bytes()].concat()
 }
 
 /// A handle to the writer thread.
@@ -124,6 +158,7 @@ impl Writer {
                 target,
                 op,
                 watermark,
+                producer: current_producer(),
                 reply,
             })
             .await
@@ -168,6 +203,20 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> 
     let mut replies = Vec::with_capacity(requests.len());
     let count = requests.len();
     for (index, request) in requests.into_iter().enumerate() {
+        if let Some((id, seq)) = &request.producer {
+            match group.last_seq(db, id) {
+                // Already committed: a retry after a lost acknowledgement.
+                Ok(Some(last)) if *seq <= last => {
+                    replies.push((request.reply, Ok(request.op.row_count())));
+                    continue;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    replies.push((request.reply, Err(e)));
+                    continue;
+                }
+            }
+        }
         let mut pending = Pending::new(&group, offsets);
         let outcome = pending
             .apply(db, &request.target, request.op, request.watermark)
@@ -176,6 +225,9 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> 
             Ok((rows, staged)) => {
                 // Only later requests of the group read the overlay.
                 group.absorb(staged, offsets, index + 1 < count);
+                if let Some((id, seq)) = request.producer {
+                    group.producers.insert(id, seq);
+                }
                 replies.push((request.reply, Ok(rows)));
             }
             Err(e) => replies.push((request.reply, Err(e))),
@@ -269,6 +321,8 @@ struct Group {
     ops: Vec<Op>,
     /// Row keys (with table prefix) written by earlier requests, to the op that wrote them last.
     overlay: HashMap<Vec<u8>, usize>,
+    /// The last sequence number each producer committed in this group.
+    producers: HashMap<String, u64>,
 }
 
 enum Op {
@@ -306,10 +360,29 @@ impl Group {
         }
     }
 
+    /// The last sequence number `id` committed, in this group or before.
+    fn last_seq(&self, db: &DB, id: &str) -> Result<Option<u64>> {
+        if let Some(seq) = self.producers.get(id) {
+            return Ok(Some(*seq));
+        }
+        let Some(bytes) = db.get_cf(cf(db, CF_STATE), producer_key(id))? else {
+            return Ok(None);
+        };
+        let raw: [u8; 8] = bytes
+            .as_slice()
+            .try_into()
+            .map_err(|_| Error::Internal("malformed producer sequence in state".into()))?;
+        Ok(Some(u64::from_be_bytes(raw)))
+    }
+
     fn commit(self, db: &DB) -> Result<()> {
         let rows = cf(db, CF_ROWS);
         let log = cf(db, CF_LOG);
         let mut batch = WriteBatch::default();
+        // A producer's sequence commits in the same write as its rows.
+        for (id, seq) in &self.producers {
+            batch.put_cf(cf(db, CF_STATE), producer_key(id), seq.to_be_bytes());
+        }
         for op in self.ops {
             match op {
                 Op::PutRow(k, v) => batch.put_cf(rows, k, v),
@@ -688,5 +761,39 @@ mod tests {
             wins += usize::from(attempt.await.expect("task"));
         }
         assert_eq!(wins, 1);
+    }
+
+    #[test]
+    fn a_producers_repeated_sequence_in_one_group_applies_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let request = |seq| {
+            let (reply, rx) = oneshot::channel();
+            let request = WriteRequest {
+                target: target(),
+                op: WriteOp::Append {
+                    rows: vec![b"x".to_vec()],
+                },
+                watermark: None,
+                producer: Some(("p".into(), seq)),
+                reply,
+            };
+            (request, rx)
+        };
+        let (first, _) = request(1);
+        let (again, _) = request(1);
+        let (next, _) = request(2);
+        let mut offsets = Offsets::default();
+        let replies = commit_group(store.db(), &mut offsets, vec![first, again, next]);
+        let outcomes: Vec<u64> = replies
+            .into_iter()
+            .map(|(_, r)| r.expect("reply"))
+            .collect();
+        assert_eq!(
+            outcomes,
+            vec![1, 1, 1],
+            "a dropped retry still answers its count"
+        );
+        assert_eq!(total_log(store.db()), 2);
     }
 }

@@ -36,6 +36,13 @@ pub async fn dispatch(
         }
         Statement::Copy(ast) => copy::start(engine, session, &ast),
         Statement::Set { name, value } => {
+            if value.eq_ignore_ascii_case("default") {
+                session.variables.remove(&name);
+                return Ok(Output::command("SET"));
+            }
+            if name == crate::session::PRODUCER_SEQ {
+                crate::session::parse_seq(&value)?;
+            }
             if !name.is_empty() {
                 session.variables.insert(name, value);
             }
@@ -44,7 +51,9 @@ pub async fn dispatch(
         Statement::Transaction(t) => Ok(transaction(t)),
         Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
         Statement::Query(ast) => {
-            let output = query::run(engine, &ast, params).await?;
+            let producer = session.producer()?;
+            let run = query::run(engine, &ast, params);
+            let output = crate::state::writer::PRODUCER.scope(producer, run).await?;
             if session.implicit_flush() && is_write(&output) {
                 engine.runtime.flush().await?;
             }
