@@ -555,3 +555,154 @@ async fn a_producers_retries_are_dropped_also_after_a_restart() {
         .expect("next write");
     assert_eq!(count(&client, "SELECT sum(v) FROM s").await, 10);
 }
+
+const TORTURE_SETUP: &str = "
+CREATE TABLE batches (batch BIGINT, i BIGINT, ts TIMESTAMP,
+  WATERMARK FOR ts AS ts - INTERVAL '1' SECOND) APPEND ONLY;
+CREATE TABLE kinds (batch BIGINT PRIMARY KEY, kind VARCHAR);
+CREATE MATERIALIZED VIEW per_bucket AS
+  SELECT batch % 10 AS bucket, count(*) AS n, sum(i) AS total FROM batches GROUP BY batch % 10;
+CREATE MATERIALIZED VIEW per_window AS
+  SELECT window_start, count(*) AS n, max(i) AS hi
+  FROM TUMBLE(batches, ts, INTERVAL '10' SECOND) GROUP BY window_start, window_end;
+CREATE MATERIALIZED VIEW per_kind AS
+  SELECT k.kind, count(*) AS n FROM batches AS b JOIN kinds AS k ON b.batch = k.batch
+  GROUP BY k.kind;";
+
+/// Each view, and the query it must equal when recomputed from the tables.
+const TORTURE_CHECKS: [(&str, &str); 4] = [
+    (
+        "SELECT * FROM per_bucket",
+        "SELECT batch % 10, count(*), sum(i) FROM batches GROUP BY batch % 10",
+    ),
+    (
+        "SELECT * FROM per_window",
+        "SELECT window_start, count(*), max(i) FROM TUMBLE(batches, ts, INTERVAL '10' SECOND) \
+         GROUP BY window_start, window_end",
+    ),
+    (
+        "SELECT * FROM per_kind",
+        "SELECT k.kind, count(*) FROM batches AS b JOIN kinds AS k ON b.batch = k.batch GROUP BY k.kind",
+    ),
+    (
+        "SELECT * FROM chained",
+        "SELECT count(*), sum(i) FROM batches",
+    ),
+];
+
+/// Writes numbered batches, each retried with its producer sequence until
+/// acknowledged, reconnecting to wherever the server listens now.
+async fn write_batches(
+    address: std::sync::Arc<std::sync::Mutex<String>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> i64 {
+    use std::sync::atomic::Ordering;
+    let mut batch = 0i64;
+    let mut client: Option<tokio_postgres::Client> = None;
+    while !stop.load(Ordering::SeqCst) {
+        let Some(c) = &client else {
+            let target = address.lock().expect("address").clone();
+            match tokio_postgres::connect(&target, tokio_postgres::NoTls).await {
+                Ok((c, connection)) => {
+                    tokio::spawn(connection);
+                    client = Some(c);
+                }
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+            }
+            continue;
+        };
+        let sql = format!(
+            "SET weir.producer_id = 'torture';
+             SET weir.producer_seq = {};
+             INSERT INTO batches SELECT {batch}, value, to_timestamp(1704067200 + {batch} * 100 + value)
+               FROM generate_series(1, 100);
+             SET weir.producer_seq = {};
+             INSERT INTO kinds VALUES ({batch}, 'k{}');",
+            2 * batch,
+            2 * batch + 1,
+            batch % 3
+        );
+        match c.batch_execute(&sql).await {
+            Ok(()) => batch += 1,
+            Err(_) => client = None,
+        }
+    }
+    batch
+}
+
+/// The SIGKILL torture test: a writer inserts numbered batches while the
+/// server is killed at arbitrary moments (mid-insert, mid-epoch, and during a
+/// view's backfill) and restarted. Every acknowledged batch must be there
+/// exactly once and whole, and every view must equal its recomputation.
+/// `WEIR_TORTURE_ROUNDS` sets how many kills (default 30).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_torture_loses_and_repeats_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let rounds: u64 = std::env::var("WEIR_TORTURE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
+    let mut server = TestServer::start();
+    server
+        .connect()
+        .await
+        .batch_execute(TORTURE_SETUP)
+        .await
+        .expect("setup");
+    let address = Arc::new(Mutex::new(server.connection_string()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = tokio::spawn(write_batches(address.clone(), stop.clone()));
+    // A fixed sequence of pauses: the moments vary with the machine's pace,
+    // the checks do not.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for round in 0..rounds {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(std::time::Duration::from_millis(40 + seed % 260)).await;
+        if round == rounds / 2 {
+            // Kill during a backfill: the view is created over everything so far.
+            let client = server.connect().await;
+            let create = client.batch_execute(
+                "CREATE MATERIALIZED VIEW chained AS SELECT sum(n) AS n, sum(total) AS total FROM per_bucket",
+            );
+            let _ = tokio::time::timeout(std::time::Duration::from_millis(5), create).await;
+        }
+        server.kill();
+        server.restart();
+        *address.lock().expect("address") = server.connection_string();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    stop.store(true, Ordering::SeqCst);
+    let written = writer.await.expect("writer");
+    assert!(written > 0, "the writer wrote nothing");
+    eprintln!("torture: {rounds} kills, {written} batches acknowledged");
+
+    let client = server.connect().await;
+    // The backfilled view exists if its CREATE committed before the kill.
+    client
+        .batch_execute(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS chained AS SELECT sum(n) AS n, sum(total) AS total FROM per_bucket; FLUSH",
+        )
+        .await
+        .expect("flush");
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM batches").await,
+        written * 100
+    );
+    assert_eq!(
+        count(&client, "SELECT count(DISTINCT batch) FROM batches").await,
+        written
+    );
+    let broken = "SELECT count(*) FROM (SELECT batch FROM batches GROUP BY batch HAVING count(*) <> 100) AS b";
+    assert_eq!(count(&client, broken).await, 0, "a batch is not whole");
+    assert_eq!(count(&client, "SELECT count(*) FROM kinds").await, written);
+    for (view, query) in TORTURE_CHECKS {
+        assert_eq!(
+            rows(&client, view).await,
+            rows(&client, query).await,
+            "{view}"
+        );
+    }
+}
