@@ -30,6 +30,9 @@ pub struct Config {
     /// holding back the watermark of operators that also read other sources.
     /// Default 10 s.
     pub idle_timeout: Duration,
+    /// Bytes that must stay free on the data directory's disk; writes fail
+    /// with 53100 below it. Default 64 MiB.
+    pub min_free_disk: u64,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
@@ -48,6 +51,7 @@ impl Default for Config {
             barrier_interval: Duration::from_millis(100),
             manual_clock: false,
             idle_timeout: Duration::from_secs(10),
+            min_free_disk: 64 << 20,
         }
     }
 }
@@ -62,6 +66,7 @@ pub struct Overrides {
     pub barrier_interval_ms: Option<u64>,
     pub manual_clock: Option<bool>,
     pub idle_timeout_ms: Option<u64>,
+    pub min_free_disk_mb: Option<u64>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -75,6 +80,7 @@ struct FileConfig {
     barrier_interval_ms: Option<u64>,
     manual_clock: Option<bool>,
     idle_timeout_ms: Option<u64>,
+    min_free_disk_mb: Option<u64>,
 }
 
 impl Config {
@@ -112,6 +118,11 @@ impl Config {
                 .or(file.idle_timeout_ms)
                 .map(Duration::from_millis)
                 .unwrap_or(defaults.idle_timeout),
+            min_free_disk: overrides
+                .min_free_disk_mb
+                .or(file.min_free_disk_mb)
+                .map(|mb| mb << 20)
+                .unwrap_or(defaults.min_free_disk),
         };
         if config.default_partitions == 0 {
             return Err(Error::Config(

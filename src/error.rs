@@ -49,6 +49,8 @@ pub enum Error {
     #[error("{0}")]
     InsufficientPrivilege(String),
     #[error("{0}")]
+    DiskFull(String),
+    #[error("{0}")]
     InvalidParameter(String),
     #[error("{0}")]
     PrerequisiteState(String),
@@ -135,6 +137,7 @@ impl Error {
             Error::WrongObjectType(_) => "42809",
             Error::DatatypeMismatch(_) => "42804",
             Error::InsufficientPrivilege(_) => "42501",
+            Error::DiskFull(_) => "53100",
             Error::InvalidParameter(_) => "22023",
             Error::PrerequisiteState(_) => "55000",
             Error::SerializationFailure => "40001",

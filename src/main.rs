@@ -56,6 +56,10 @@ struct ServeArgs {
     /// records stops holding back watermarks of operators with other inputs [default: 10000]
     #[arg(long, env = "WEIR_IDLE_TIMEOUT_MS", value_name = "MS")]
     idle_timeout_ms: Option<u64>,
+    /// MiB that must stay free on the data directory's disk; writes fail
+    /// with SQLSTATE 53100 below it and succeed again once space is freed [default: 64]
+    #[arg(long, env = "WEIR_MIN_FREE_DISK_MB", value_name = "MB")]
+    min_free_disk_mb: Option<u64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -73,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         barrier_interval_ms: args.barrier_interval_ms,
         manual_clock: args.manual_clock.then_some(true),
         idle_timeout_ms: args.idle_timeout_ms,
+        min_free_disk_mb: args.min_free_disk_mb,
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

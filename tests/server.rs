@@ -706,3 +706,93 @@ async fn sigkill_torture_loses_and_repeats_nothing() {
         );
     }
 }
+
+/// Unmounts a scratch file system when the test ends, however it ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+fn free_bytes(path: &std::path::Path) -> u64 {
+    let stats = rustix::fs::statvfs(path).expect("statvfs");
+    stats.f_bavail * stats.f_frsize
+}
+
+/// A full disk: writes fail with 53100 and apply nothing, reads and other
+/// sessions go on, and writes succeed again once space is freed, with nothing
+/// lost across a restart. The data directory lives on a small tmpfs, which
+/// takes root to mount; where that is not allowed the test says so and ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_fails_writes_with_53100_until_space_is_freed() {
+    use std::io::Write;
+    let root = tempfile::tempdir().expect("tempdir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=192m", "tmpfs"])
+        .arg(root.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    let _unmount = Mounted(root.path().to_path_buf());
+    let args = ["--min-free-disk-mb".to_string(), "16".to_string()];
+    let mut server = TestServer::start_in(root.path().join("data"), &args);
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE big (id BIGINT PRIMARY KEY, pad VARCHAR)")
+        .await
+        .expect("create");
+    // Leave about 24 MiB free: 8 MiB above the reserve.
+    let filler_path = root.path().join("filler");
+    let mut filler = std::fs::File::create(&filler_path).expect("filler");
+    let chunk = vec![0u8; 1 << 20];
+    while free_bytes(root.path()) > 24 << 20 {
+        filler.write_all(&chunk).expect("fill");
+    }
+    filler.sync_all().expect("sync filler");
+    let mut written = 0i64;
+    let mut refused = None;
+    for batch in 0..64i64 {
+        let sql = format!(
+            "INSERT INTO big SELECT value + {}, repeat('x', 500) FROM generate_series(1, 2000)",
+            batch * 2000
+        );
+        match client.execute(sql.as_str(), &[]).await {
+            Ok(n) => written += n as i64,
+            Err(e) => {
+                refused = Some(e);
+                break;
+            }
+        }
+    }
+    let error = refused.expect("writes must fail once the disk is nearly full");
+    let db_error = error.as_db_error().expect("a server error");
+    assert_eq!(db_error.code().code(), "53100", "{db_error}");
+    assert!(db_error.message().contains("free space"), "{db_error}");
+    // Reads, and other sessions, carry on.
+    assert_eq!(count(&client, "SELECT count(*) FROM big").await, written);
+    let other = server.connect().await;
+    assert_eq!(count(&other, "SELECT count(*) FROM big").await, written);
+
+    drop(filler);
+    std::fs::remove_file(&filler_path).expect("free space");
+    client
+        .execute("INSERT INTO big VALUES (-1, 'after')", &[])
+        .await
+        .expect("writes succeed once space is freed");
+    drop((client, other));
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM big").await,
+        written + 1
+    );
+}

@@ -53,6 +53,8 @@ pub struct Settings {
     pub now: Now,
     /// Where late rows are recorded.
     pub late_events: Option<Arc<crate::catalog::Table>>,
+    /// Epochs wait while the disk is nearly full.
+    pub disk: Option<crate::state::disk::DiskGuard>,
 }
 
 enum Command {
@@ -324,6 +326,12 @@ impl Worker {
     }
 
     fn epoch(&mut self, db: &Arc<DB>) -> Result<()> {
+        // Decided before any task runs: an epoch that started must commit,
+        // or operators would hold state the store does not.
+        if let Some(Err(full)) = self.settings.disk.as_ref().map(|d| d.check()) {
+            tracing::warn!(cause = %full, "views wait for disk space");
+            return Ok(());
+        }
         let now = (self.settings.now)();
         let barrier = Barrier {
             epoch: self.epoch + 1,

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::sql::functions::ProcTime;
 use crate::sql::provider::WeirSchema;
 use crate::state::Store;
+use crate::state::disk::DiskGuard;
 use crate::state::writer::Writer;
 use datafusion::logical_expr::ScalarUDF;
 
@@ -54,7 +55,8 @@ impl Engine {
     pub fn open(config: Config) -> Result<Arc<Engine>> {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
-        let writer = Writer::start(store.db().clone())?;
+        let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
+        let writer = Writer::start(store.db().clone(), Some(disk.clone()))?;
         let clock = Arc::new(Clock::new(config.manual_clock));
         let ctx = session_context(&catalog, &store, &writer, &clock)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
@@ -64,6 +66,7 @@ impl Engine {
             idle_timeout: config.idle_timeout,
             now: Arc::new(move || now_clock.now().timestamp_micros()),
             late_events: Some(late_events),
+            disk: Some(disk),
         };
         let runtime = Runtime::start(store.db().clone(), settings)?;
         Ok(Arc::new(Engine {

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, chunk_len, decode_chunk, encode_chunk};
+use crate::state::disk::{DiskGuard, is_disk_full};
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
 /// What a write is applied to.
@@ -129,12 +130,12 @@ impl Writer {
     ///
     /// The thread holds the database only while it commits, so that whoever
     /// owns the store decides when RocksDB closes (it must close before exit).
-    pub fn start(db: Arc<DB>) -> Result<Writer> {
+    pub fn start(db: Arc<DB>, disk: Option<DiskGuard>) -> Result<Writer> {
         let (tx, rx) = mpsc::channel(1024);
         let db = Arc::downgrade(&db);
         std::thread::Builder::new()
             .name("weir-writer".into())
-            .spawn(move || run(db, rx))?;
+            .spawn(move || run(db, disk, rx))?;
         Ok(Writer { tx })
     }
 
@@ -170,7 +171,7 @@ impl Writer {
 /// Requests committed together at most; bounds a group's memory.
 const MAX_GROUP: usize = 256;
 
-fn run(db: Weak<DB>, mut rx: mpsc::Receiver<WriteRequest>) {
+fn run(db: Weak<DB>, disk: Option<DiskGuard>, mut rx: mpsc::Receiver<WriteRequest>) {
     let mut offsets = Offsets::default();
     while let Some(first) = rx.blocking_recv() {
         let Some(db) = db.upgrade() else {
@@ -184,7 +185,10 @@ fn run(db: Weak<DB>, mut rx: mpsc::Receiver<WriteRequest>) {
                 Err(_) => break,
             }
         }
-        let replies = commit_group(&db, &mut offsets, requests);
+        let replies = match disk.as_ref().map(DiskGuard::check) {
+            Some(Err(full)) => refuse(requests, &full),
+            _ => commit_group(&db, &mut offsets, requests),
+        };
         // Let go of the database before anyone hears back: whoever owns the
         // store must be the one that closes it.
         drop(db);
@@ -196,6 +200,15 @@ fn run(db: Weak<DB>, mut rx: mpsc::Receiver<WriteRequest>) {
 }
 
 type Reply = (oneshot::Sender<Result<u64>>, Result<u64>);
+
+/// Every request of a group refused with the same error.
+fn refuse(requests: Vec<WriteRequest>, error: &Error) -> Vec<Reply> {
+    let message = error.to_string();
+    requests
+        .into_iter()
+        .map(|r| (r.reply, Err(Error::DiskFull(message.clone()))))
+        .collect()
+}
 
 /// Apply and commit one group; returns each request's reply.
 fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> Vec<Reply> {
@@ -236,12 +249,17 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> 
     if let Err(e) = group.commit(db) {
         tracing::error!(cause = %e, "group commit failed");
         offsets.forget();
+        let full = is_disk_full(&e);
         let message = e.to_string();
         return replies
             .into_iter()
             .map(|(reply, outcome)| {
-                let failed = Err(Error::Internal(format!("commit failed: {message}")));
-                (reply, outcome.and(failed))
+                let failed = if full {
+                    Error::DiskFull(format!("could not write, the disk is full: {message}"))
+                } else {
+                    Error::Internal(format!("commit failed: {message}"))
+                };
+                (reply, outcome.and(Err(failed)))
             })
             .collect();
     }
@@ -680,7 +698,7 @@ mod tests {
     async fn inserts_deletes_and_updates_keep_rows_and_log_in_step() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone()).expect("writer");
+        let writer = Writer::start(store.db().clone(), None).expect("writer");
         let insert = WriteOp::Insert {
             rows: vec![row(b"a", b"1"), row(b"b", b"2")],
         };
@@ -741,7 +759,7 @@ mod tests {
     async fn concurrent_requests_in_one_group_see_each_other() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone()).expect("writer");
+        let writer = Writer::start(store.db().clone(), None).expect("writer");
         let attempts = (0..20).map(|_| {
             let writer = writer.clone();
             tokio::spawn(async move {

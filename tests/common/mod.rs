@@ -45,6 +45,20 @@ impl TestServer {
         server
     }
 
+    /// Start a server on a data directory the caller owns.
+    pub fn start_in(dir: PathBuf, args: &[String]) -> TestServer {
+        let mut server = TestServer {
+            child: None,
+            port: 0,
+            http_port: 0,
+            dir,
+            _temp: None,
+            args: args.to_vec(),
+        };
+        server.spawn();
+        server
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.dir
     }
