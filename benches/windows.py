@@ -26,6 +26,13 @@ temporary data directory, free ports) and measures, each on a fresh node:
               watermark has closed. Reported: events per second, events per
               server CPU-second (utime + stime from /proc), the ratio.
 
+  checkpoints the cost of exactly-once: the view is created on an empty table
+              and the bids stream in (COPY chunks, one FLUSH at the end), on
+              a fresh node started with --barrier-interval-ms 100 (the
+              default: an epoch checkpoint every 100 ms) and on one with
+              10000; alternating, --repeat times each. Reported: events per
+              server CPU-second and per second for both, and their ratio.
+
   memory      the view is created on an empty table and the bids are streamed
               in (COPY, FLUSH every --chunk rows); the resident set (VmRSS)
               of the weir process and the rows of the view are read after
@@ -122,9 +129,9 @@ def load(conn, args, after_chunk=None) -> None:
             after_chunk(n)
 
 
-def server_args(args) -> argparse.Namespace:
+def server_args(args, extra: list[str] | None = None) -> argparse.Namespace:
     return argparse.Namespace(
-        weir_bin=args.weir_bin, tmp_dir=args.tmp_dir, weir_arg=[], startup_timeout=60,
+        weir_bin=args.weir_bin, tmp_dir=args.tmp_dir, weir_arg=extra or [], startup_timeout=60,
         no_prepare=True, mem_interval=0.5, keep=False,
     )
 
@@ -203,6 +210,35 @@ def run_memory(args) -> list[dict]:
     return points
 
 
+def run_checkpoints(args) -> list[dict]:
+    runs = []
+    for rep in range(args.repeat):
+        intervals = (100, 10_000) if rep % 2 == 0 else (10_000, 100)
+        for interval in intervals:
+            server = ingest.WeirServer(server_args(args, [f"--barrier-interval-ms={interval}"]))
+            server.start()
+            try:
+                with server.connect() as conn:
+                    conn.execute(TABLE)
+                    conn.execute(VIEW)
+                    cpu0, t0 = cpu(server), time.monotonic()
+                    load(conn, args)
+                    conn.execute("FLUSH")
+                    seconds, cpu_s = time.monotonic() - t0, cpu(server) - cpu0
+                    view = tuple(conn.execute(VIEW_SUMMARY).fetchone())
+                    batch = tuple(conn.execute(BATCH.format(closed=closed_until(args))).fetchone())
+                    if view != batch:
+                        raise RuntimeError(f"view differs from batch: {view} {batch}")
+            finally:
+                server.stop()
+                server.cleanup_dir()
+            run = {"interval_ms": interval, "rep": rep, "seconds": seconds, "cpu_seconds": cpu_s,
+                   "events_per_s": args.events / seconds, "events_per_cpu_s": args.events / cpu_s}
+            runs.append(run)
+            log(f"checkpoints every {interval} ms, run {rep}: {seconds:.2f}s, {cpu_s:.2f} CPU-s")
+    return runs
+
+
 def metric(server, name: str, path: str = "/metrics") -> int | None:
     try:
         url = f"http://127.0.0.1:{server.http_port}{path}"
@@ -220,7 +256,19 @@ def median(runs: list[dict], kind: str, key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def markdown(args, runs: list[dict], memory: list[dict]) -> str:
+def checkpoint_table(checkpoints: list[dict]) -> list[str]:
+    def med(interval: int, key: str) -> float:
+        return statistics.median(r[key] for r in checkpoints if r["interval_ms"] == interval)
+    out = ["Streaming the bids into the view (load included), checkpoints every 100 ms vs every 10 s:\n",
+           "| | every 100 ms | every 10 s | 100 ms / 10 s |", "|---|---|---|---|"]
+    for key, label in (("events_per_s", "events/s"), ("events_per_cpu_s", "events per CPU-second")):
+        fast, slow = med(100, key), med(10_000, key)
+        out.append(f"| {label} | {fmt_int(fast)} | {fmt_int(slow)} | {fmt_ratio(fast, slow)} |")
+    out.append("")
+    return out
+
+
+def markdown(args, runs: list[dict], memory: list[dict], checkpoints: list[dict] | None = None) -> str:
     out = [f"### Windowed aggregate (Nexmark q7-like), {args.events:,} events, {args.keys:,} keys\n"]
     out.append(f"`python3 benches/windows.py --events {args.events} --keys {args.keys} "
                f"--repeat {args.repeat}`; medians of {args.repeat} runs, batch and incremental "
@@ -234,6 +282,8 @@ def markdown(args, runs: list[dict], memory: list[dict]) -> str:
         out.append(f"| events/s | {fmt_int(b_rate)} | {fmt_int(i_rate)} | {fmt_ratio(i_rate, b_rate)} |")
         out.append(f"| events per CPU-second | {fmt_int(b_cpu)} | {fmt_int(i_cpu)} | {fmt_ratio(i_cpu, b_cpu)} |")
         out.append("")
+    if checkpoints:
+        out.extend(checkpoint_table(checkpoints))
     if memory:
         out.append("| events streamed | resident set (MiB) | operator state entries | view rows |")
         out.append("|---|---|---|---|")
@@ -252,7 +302,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rate", type=int, default=100_000, help="events per second of event time")
     p.add_argument("--chunk", type=int, default=100_000, help="bids per COPY statement")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--phases", default="throughput,memory")
+    p.add_argument("--phases", default="throughput,memory", help="any of throughput,memory,checkpoints")
     p.add_argument("--tmp-dir", default=None)
     p.add_argument("--json", default=None)
     return p.parse_args(argv)
@@ -266,10 +316,11 @@ def main(argv: list[str]) -> int:
     phases = args.phases.split(",")
     runs = run_throughput(args) if "throughput" in phases else []
     memory = run_memory(args) if "memory" in phases else []
+    checkpoints = run_checkpoints(args) if "checkpoints" in phases else []
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": runs, "memory": memory}, f, indent=2)
-    print(markdown(args, runs, memory))
+            json.dump({"runs": runs, "memory": memory, "checkpoints": checkpoints}, f, indent=2)
+    print(markdown(args, runs, memory, checkpoints))
     return 0
 
 

@@ -33,6 +33,9 @@ pub struct Config {
     /// Bytes that must stay free on the data directory's disk; writes fail
     /// with 53100 below it. Default 64 MiB.
     pub min_free_disk: u64,
+    /// Sync every commit to disk before acknowledging it. Default on; off
+    /// only to measure what it costs.
+    pub fsync: bool,
 }
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
@@ -52,6 +55,7 @@ impl Default for Config {
             manual_clock: false,
             idle_timeout: Duration::from_secs(10),
             min_free_disk: 64 << 20,
+            fsync: true,
         }
     }
 }
@@ -67,6 +71,7 @@ pub struct Overrides {
     pub manual_clock: Option<bool>,
     pub idle_timeout_ms: Option<u64>,
     pub min_free_disk_mb: Option<u64>,
+    pub fsync: Option<bool>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -81,6 +86,7 @@ struct FileConfig {
     manual_clock: Option<bool>,
     idle_timeout_ms: Option<u64>,
     min_free_disk_mb: Option<u64>,
+    fsync: Option<bool>,
 }
 
 impl Config {
@@ -123,6 +129,7 @@ impl Config {
                 .or(file.min_free_disk_mb)
                 .map(|mb| mb << 20)
                 .unwrap_or(defaults.min_free_disk),
+            fsync: overrides.fsync.or(file.fsync).unwrap_or(defaults.fsync),
         };
         if config.default_partitions == 0 {
             return Err(Error::Config(

@@ -60,6 +60,10 @@ struct ServeArgs {
     /// with SQLSTATE 53100 below it and succeed again once space is freed [default: 64]
     #[arg(long, env = "WEIR_MIN_FREE_DISK_MB", value_name = "MB")]
     min_free_disk_mb: Option<u64>,
+    /// Acknowledge writes without syncing them to disk: only to measure what
+    /// fsync costs; a power cut loses acknowledged writes
+    #[arg(long, env = "WEIR_NO_FSYNC")]
+    no_fsync: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -78,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         manual_clock: args.manual_clock.then_some(true),
         idle_timeout_ms: args.idle_timeout_ms,
         min_free_disk_mb: args.min_free_disk_mb,
+        fsync: args.no_fsync.then_some(false),
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -56,7 +56,7 @@ impl Engine {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
         let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
-        let writer = Writer::start(store.db().clone(), Some(disk.clone()))?;
+        let writer = Writer::start(store.db().clone(), Some(disk.clone()), config.fsync)?;
         let clock = Arc::new(Clock::new(config.manual_clock));
         let ctx = session_context(&catalog, &store, &writer, &clock)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;

@@ -130,12 +130,15 @@ impl Writer {
     ///
     /// The thread holds the database only while it commits, so that whoever
     /// owns the store decides when RocksDB closes (it must close before exit).
-    pub fn start(db: Arc<DB>, disk: Option<DiskGuard>) -> Result<Writer> {
+    ///
+    /// `sync` false acknowledges writes before they reach the disk: for
+    /// measuring what fsync costs, never for data a power cut must not lose.
+    pub fn start(db: Arc<DB>, disk: Option<DiskGuard>, sync: bool) -> Result<Writer> {
         let (tx, rx) = mpsc::channel(1024);
         let db = Arc::downgrade(&db);
         std::thread::Builder::new()
             .name("weir-writer".into())
-            .spawn(move || run(db, disk, rx))?;
+            .spawn(move || run(db, disk, sync, rx))?;
         Ok(Writer { tx })
     }
 
@@ -171,7 +174,7 @@ impl Writer {
 /// Requests committed together at most; bounds a group's memory.
 const MAX_GROUP: usize = 256;
 
-fn run(db: Weak<DB>, disk: Option<DiskGuard>, mut rx: mpsc::Receiver<WriteRequest>) {
+fn run(db: Weak<DB>, disk: Option<DiskGuard>, sync: bool, mut rx: mpsc::Receiver<WriteRequest>) {
     let mut offsets = Offsets::default();
     while let Some(first) = rx.blocking_recv() {
         let Some(db) = db.upgrade() else {
@@ -187,7 +190,7 @@ fn run(db: Weak<DB>, disk: Option<DiskGuard>, mut rx: mpsc::Receiver<WriteReques
         }
         let replies = match disk.as_ref().map(DiskGuard::check) {
             Some(Err(full)) => refuse(requests, &full),
-            _ => commit_group(&db, &mut offsets, requests),
+            _ => commit_group(&db, &mut offsets, requests, sync),
         };
         // Let go of the database before anyone hears back: whoever owns the
         // store must be the one that closes it.
@@ -211,7 +214,12 @@ fn refuse(requests: Vec<WriteRequest>, error: &Error) -> Vec<Reply> {
 }
 
 /// Apply and commit one group; returns each request's reply.
-fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> Vec<Reply> {
+fn commit_group(
+    db: &DB,
+    offsets: &mut Offsets,
+    requests: Vec<WriteRequest>,
+    sync: bool,
+) -> Vec<Reply> {
     let mut group = Group::default();
     let mut replies = Vec::with_capacity(requests.len());
     let count = requests.len();
@@ -246,7 +254,7 @@ fn commit_group(db: &DB, offsets: &mut Offsets, requests: Vec<WriteRequest>) -> 
             Err(e) => replies.push((request.reply, Err(e))),
         }
     }
-    if let Err(e) = group.commit(db) {
+    if let Err(e) = group.commit(db, sync) {
         tracing::error!(cause = %e, "group commit failed");
         offsets.forget();
         let full = is_disk_full(&e);
@@ -393,7 +401,7 @@ impl Group {
         Ok(Some(u64::from_be_bytes(raw)))
     }
 
-    fn commit(self, db: &DB) -> Result<()> {
+    fn commit(self, db: &DB, sync: bool) -> Result<()> {
         let rows = cf(db, CF_ROWS);
         let log = cf(db, CF_LOG);
         let mut batch = WriteBatch::default();
@@ -409,7 +417,7 @@ impl Group {
             }
         }
         let mut options = WriteOptions::default();
-        options.set_sync(true);
+        options.set_sync(sync);
         db.write_opt(batch, &options)?;
         Ok(())
     }
@@ -698,7 +706,7 @@ mod tests {
     async fn inserts_deletes_and_updates_keep_rows_and_log_in_step() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone(), None).expect("writer");
+        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
         let insert = WriteOp::Insert {
             rows: vec![row(b"a", b"1"), row(b"b", b"2")],
         };
@@ -759,7 +767,7 @@ mod tests {
     async fn concurrent_requests_in_one_group_see_each_other() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone(), None).expect("writer");
+        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
         let attempts = (0..20).map(|_| {
             let writer = writer.clone();
             tokio::spawn(async move {
@@ -802,7 +810,7 @@ mod tests {
         let (again, _) = request(1);
         let (next, _) = request(2);
         let mut offsets = Offsets::default();
-        let replies = commit_group(store.db(), &mut offsets, vec![first, again, next]);
+        let replies = commit_group(store.db(), &mut offsets, vec![first, again, next], true);
         let outcomes: Vec<u64> = replies
             .into_iter()
             .map(|(_, r)| r.expect("reply"))
