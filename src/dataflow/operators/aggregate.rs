@@ -98,6 +98,24 @@ struct Slot {
     extreme: Option<Vec<u8>>,
 }
 
+/// min and max over input that can change keep the current extreme beside
+/// their multiset while they know it: `count` values are held, and
+/// `extreme` is the extreme of them, or `None` once the extreme itself was
+/// retracted (then the multiset is read, once, when the group is settled).
+fn track_extreme(slot: &mut Slot, value: &[u8], diff: i64, kind: AggKind) {
+    if diff > 0 && slot.count <= 0 {
+        slot.extreme = Some(value.to_vec());
+    } else if diff > 0 && slot.extreme.is_some() {
+        keep_extreme(&mut slot.extreme, value, kind);
+    } else if diff < 0 && slot.extreme.as_deref() == Some(value) {
+        slot.extreme = None;
+    }
+    slot.count += diff;
+    if slot.count <= 0 {
+        slot.extreme = None;
+    }
+}
+
 /// Keep the smaller (min) or larger (max) of two row-format values.
 fn keep_extreme(current: &mut Option<Vec<u8>>, value: &[u8], kind: AggKind) {
     let better = match current {
@@ -463,6 +481,10 @@ impl Operator for Aggregate {
                     let extreme = &mut self.groups_cache[*slot].state.slots[a].extreme;
                     keep_extreme(extreme, value, spec.kind);
                 } else {
+                    if spec.kind != AggKind::CountDistinct {
+                        let held = &mut self.groups_cache[*slot].state.slots[a];
+                        track_extreme(held, value, diffs[row], spec.kind);
+                    }
                     *values.entry((a, *slot, value)).or_insert(0) += diffs[row];
                 }
             }
@@ -560,7 +582,8 @@ impl Aggregate {
             cx.state.put(key, group.state.encode(None));
             return Ok(true);
         }
-        let new_row = self.output_row(&group.key, &group.state, cx)?;
+        self.resolve_extremes(group, cx)?;
+        let new_row = self.output_row(&group.key, &group.state)?;
         let new_bytes = self.encode_output(&new_row)?;
         if Some(&new_bytes) != group.emitted.as_ref() {
             out.retract.extend(group.emitted.take());
@@ -606,7 +629,14 @@ impl Aggregate {
             let group = key[lower.len()..].to_vec();
             if self.on_close {
                 let (state, _) = GroupState::decode(&value, self.aggs.len())?;
-                out.insert.push(self.output_row(&group, &state, cx)?);
+                let mut closing = Group {
+                    key: group.clone(),
+                    state,
+                    emitted: None,
+                    dirty: false,
+                };
+                self.resolve_extremes(&mut closing, cx)?;
+                out.insert.push(self.output_row(&group, &closing.state)?);
             }
             cx.state.delete(key);
             self.forget_values(&group, cx)?;
@@ -733,12 +763,26 @@ impl Aggregate {
         Ok(())
     }
 
-    fn output_row(
-        &self,
-        group: &[u8],
-        state: &GroupState,
-        cx: &Context<'_>,
-    ) -> Result<Vec<ScalarValue>> {
+    /// Read the extreme of min and max whose extreme was retracted from
+    /// their multiset: the first or last value held.
+    fn resolve_extremes(&self, group: &mut Group, cx: &Context<'_>) -> Result<()> {
+        for (a, spec) in self.aggs.iter().enumerate() {
+            let retractable = matches!(spec.kind, AggKind::Min | AggKind::Max)
+                && !spec.append_only
+                && !native_extreme(spec);
+            let slot = &group.state.slots[a];
+            if !retractable || slot.count <= 0 || slot.extreme.is_some() {
+                continue;
+            }
+            let prefix = Self::multiset_prefix(cx, a, &group.key);
+            let last = spec.kind == AggKind::Max;
+            let found = cx.state.first_in(&prefix, &prefix_end(&prefix), last)?;
+            group.state.slots[a].extreme = found.map(|(key, _)| key[prefix.len()..].to_vec());
+        }
+        Ok(())
+    }
+
+    fn output_row(&self, group: &[u8], state: &GroupState) -> Result<Vec<ScalarValue>> {
         let mut values: Vec<ScalarValue> = Vec::with_capacity(self.schema.fields().len());
         if !self.is_global() {
             let parser = self.group_keys.parser();
@@ -750,20 +794,13 @@ impl Aggregate {
         }
         for (a, spec) in self.aggs.iter().enumerate() {
             let target = self.schema.field(values.len()).data_type().clone();
-            let value = self.aggregate_value(a, spec, group, state, cx)?;
+            let value = self.aggregate_value(a, spec, state)?;
             values.push(cast_scalar(value, &target)?);
         }
         Ok(values)
     }
 
-    fn aggregate_value(
-        &self,
-        a: usize,
-        spec: &AggSpec,
-        group: &[u8],
-        state: &GroupState,
-        cx: &Context<'_>,
-    ) -> Result<ScalarValue> {
+    fn aggregate_value(&self, a: usize, spec: &AggSpec, state: &GroupState) -> Result<ScalarValue> {
         let n = state.slots[a].count;
         Ok(match spec.kind {
             AggKind::CountStar => ScalarValue::Int64(Some(state.rows)),
@@ -796,31 +833,14 @@ impl Aggregate {
                     ScalarValue::Int64(Some(value))
                 }
             }
-            AggKind::Min | AggKind::Max if spec.append_only => {
-                match (&state.slots[a].extreme, &self.values[a]) {
-                    (Some(value), Some(converter)) => {
-                        let parser = converter.parser();
-                        let column = converter.convert_rows([parser.parse(value)])?;
-                        ScalarValue::try_from_array(&column[0], 0)?
-                    }
-                    _ => ScalarValue::Null,
+            AggKind::Min | AggKind::Max => match (&state.slots[a].extreme, &self.values[a]) {
+                (Some(value), Some(converter)) => {
+                    let parser = converter.parser();
+                    let column = converter.convert_rows([parser.parse(value)])?;
+                    ScalarValue::try_from_array(&column[0], 0)?
                 }
-            }
-            AggKind::Min | AggKind::Max => {
-                let prefix = Self::multiset_prefix(cx, a, group);
-                let found =
-                    cx.state
-                        .first_in(&prefix, &prefix_end(&prefix), spec.kind == AggKind::Max)?;
-                match (found, &self.values[a]) {
-                    (Some((key, _)), Some(converter)) => {
-                        let parser = converter.parser();
-                        let column =
-                            converter.convert_rows([parser.parse(&key[prefix.len()..])])?;
-                        ScalarValue::try_from_array(&column[0], 0)?
-                    }
-                    _ => ScalarValue::Null,
-                }
-            }
+                _ => ScalarValue::Null,
+            },
         })
     }
 
@@ -1114,6 +1134,25 @@ mod tests {
         // A change that nets to nothing emits nothing.
         let third = epoch(&mut op, &store, pretty("T I", "+ a 9\n- a 9"));
         assert!(third.is_empty(), "{third:?}");
+    }
+
+    #[test]
+    fn a_retracted_minimum_is_found_again_also_after_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut op = sum_min_by_group();
+        let first = epoch(&mut op, &store, pretty("T I", "+ a 5\n+ a 3\n+ a 3\n+ a 8"));
+        assert_eq!(first, vec!["+1 a 4 19 3"]);
+        // One of two equal minimums goes: the minimum stays, read from the multiset.
+        let second = epoch(&mut op, &store, pretty("T I", "- a 3"));
+        assert_eq!(second, vec!["+1 a 3 16 3", "-1 a 4 19 3"]);
+        // A new operator, as after a restart, retracts the last minimum.
+        let mut op = sum_min_by_group();
+        let third = epoch(&mut op, &store, pretty("T I", "- a 3\n+ a 6"));
+        assert_eq!(third, vec!["+1 a 3 19 5", "-1 a 3 16 3"]);
+        // Values above the minimum come and go without changing it.
+        let fourth = epoch(&mut op, &store, pretty("T I", "- a 8\n+ a 7"));
+        assert_eq!(fourth, vec!["+1 a 3 18 5", "-1 a 3 19 5"]);
     }
 
     #[test]
