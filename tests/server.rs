@@ -599,7 +599,10 @@ async fn write_batches(
     use std::sync::atomic::Ordering;
     let mut batch = 0i64;
     let mut client: Option<tokio_postgres::Client> = None;
-    while !stop.load(Ordering::SeqCst) {
+    // A batch that was sent but not acknowledged may have committed: it is
+    // retried (and so counted) even after the test says stop.
+    let mut unacknowledged = false;
+    while unacknowledged || !stop.load(Ordering::SeqCst) {
         let Some(c) = &client else {
             let target = address.lock().expect("address").clone();
             match tokio_postgres::connect(&target, tokio_postgres::NoTls).await {
@@ -622,8 +625,12 @@ async fn write_batches(
             2 * batch + 1,
             batch % 3
         );
+        unacknowledged = true;
         match c.batch_execute(&sql).await {
-            Ok(()) => batch += 1,
+            Ok(()) => {
+                batch += 1;
+                unacknowledged = false;
+            }
             Err(_) => client = None,
         }
     }

@@ -94,7 +94,16 @@ fn family_options(cache: &rocksdb::Cache) -> Options {
     let mut options = Options::default();
     let mut table = rocksdb::BlockBasedOptions::default();
     table.set_block_cache(cache);
+    // Index and filter blocks live in the bounded cache, partitioned so that
+    // a point read loads one small partition, never a whole file's filter
+    // (with whole filters, a cache too small for them re-reads hundreds of
+    // KiB from disk for every lookup of a key that is not there).
+    table.set_index_type(rocksdb::BlockBasedIndexType::TwoLevelIndexSearch);
+    table.set_partition_filters(true);
+    table.set_metadata_block_size(4096);
     table.set_cache_index_and_filter_blocks(true);
+    table.set_cache_index_and_filter_blocks_with_high_priority(true);
+    table.set_pin_top_level_index_and_filter(true);
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_bloom_filter(10.0, false);
     options.set_block_based_table_factory(&table);
