@@ -32,6 +32,11 @@ pub enum Statement {
         name: String,
         value: String,
     },
+    /// `RESET name` (`None`: `RESET ALL`, `DISCARD ALL`), with its command tag.
+    Reset {
+        name: Option<String>,
+        tag: &'static str,
+    },
     /// `ADVANCE CLOCK BY <interval>`: moves a manual clock.
     AdvanceClock(Box<ast::Expr>),
     Transaction(Transaction),
@@ -173,7 +178,8 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         ))),
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
         ["SET", ..] => set(&tokens),
-        ["RESET" | "DISCARD" | "DEALLOCATE", ..] => Ok(Statement::Set {
+        ["RESET" | "DISCARD", ..] => Ok(reset(&tokens)),
+        ["DEALLOCATE", ..] => Ok(Statement::Set {
             name: String::new(),
             value: String::new(),
         }),
@@ -399,6 +405,21 @@ fn set(tokens: &[TokenWithSpan]) -> Result<Statement> {
         name
     };
     Ok(Statement::Set { name, value })
+}
+
+/// `RESET name`, `RESET ALL` and `DISCARD ALL`: variables back to their defaults.
+fn reset(tokens: &[TokenWithSpan]) -> Statement {
+    let words: Vec<String> = tokens
+        .iter()
+        .filter(|t| !is_space(&t.token))
+        .map(|t| t.token.to_string())
+        .collect();
+    let name = words[1..].join(" ").replace(" . ", ".").to_lowercase();
+    let discard = words[0].eq_ignore_ascii_case("DISCARD");
+    Statement::Reset {
+        tag: if discard { "DISCARD ALL" } else { "RESET" },
+        name: (!discard && name != "all").then_some(name),
+    }
 }
 
 /// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query [EMIT ...]`, after `skip` words.
@@ -834,6 +855,17 @@ mod tests {
         assert!(matches!(
             one("SHOW search_path"),
             Statement::ShowVariable(_)
+        ));
+        assert!(matches!(
+            one("RESET weir.producer_seq"),
+            Statement::Reset { name: Some(n), tag: "RESET" } if n == "weir.producer_seq"
+        ));
+        assert!(matches!(
+            one("DISCARD ALL"),
+            Statement::Reset {
+                name: None,
+                tag: "DISCARD ALL"
+            }
         ));
     }
 

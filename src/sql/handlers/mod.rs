@@ -48,6 +48,16 @@ pub async fn dispatch(
             }
             Ok(Output::command("SET"))
         }
+        Statement::Reset { name, tag } => {
+            match name {
+                Some(name) => session.variables.remove(&name),
+                None => {
+                    session.variables.clear();
+                    None
+                }
+            };
+            Ok(Output::command(tag))
+        }
         Statement::Transaction(t) => Ok(transaction(t)),
         Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
         Statement::Query(ast) => {
@@ -107,6 +117,7 @@ pub async fn describe(
         | Statement::Flush
         | Statement::Copy(_)
         | Statement::Set { .. }
+        | Statement::Reset { .. }
         | Statement::Transaction(_)
         | Statement::AdvanceClock(_)
         | Statement::CreateView(_)
