@@ -20,6 +20,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 
 use crate::catalog::{Catalog, Table};
+use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Error;
 use crate::log::embedded;
 use crate::sql::keyaccess::{self, KeyAccess};
@@ -234,19 +235,6 @@ impl PartitionStream for RowScan {
     }
 }
 
-/// Stored values as encoded rows: a multiset view stores each row with its multiplicity.
-pub fn expand(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> crate::Result<()> {
-    if table.def.multiset {
-        let (count, row) = crate::dataflow::operators::materialize::decode_counted(value)?;
-        for _ in 0..count {
-            out.push(row.to_vec());
-        }
-    } else {
-        out.push(value.to_vec());
-    }
-    Ok(())
-}
-
 fn read_rows(
     table: &Table,
     view: &ReadView,
@@ -259,7 +247,7 @@ fn read_rows(
             let full: Vec<Vec<u8>> = points.iter().map(|k| keys::row_key(id, k)).collect();
             let mut found: Vec<Vec<u8>> = Vec::new();
             for value in view.multi_get(CF_ROWS, &full)?.into_iter().flatten() {
-                expand(table, &value, &mut found)?;
+                expand_row(table, &value, &mut found)?;
             }
             if !found.is_empty() {
                 emit(table.codec.decode(found.iter().map(Vec::as_slice))?);
@@ -278,7 +266,7 @@ fn read_rows(
             let mut pending: Vec<Vec<u8>> = Vec::with_capacity(BATCH_ROWS);
             let mut open = true;
             view.scan(CF_ROWS, lower, upper, |_, value| {
-                expand(table, value, &mut pending)?;
+                expand_row(table, value, &mut pending)?;
                 if pending.len() >= BATCH_ROWS {
                     open = emit(table.codec.decode(pending.iter().map(Vec::as_slice))?);
                     pending.clear();

@@ -21,6 +21,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::catalog::Table;
 use crate::dataflow::change::ChangeBatch;
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Result;
 use crate::state::{CF_ROWS, cf, keys};
 
@@ -89,7 +90,7 @@ impl LookupJoin {
         iter.seek(&prefix);
         let mut rows = Vec::new();
         while let Some(value) = iter.value() {
-            crate::sql::provider::expand(&self.table, value, &mut rows)?;
+            expand_row(&self.table, value, &mut rows)?;
             iter.next();
         }
         iter.status()?;

@@ -56,6 +56,20 @@ pub fn decode_counted(value: &[u8]) -> Result<(i64, &[u8])> {
     Ok((i64::from_le_bytes(head), &value[8..]))
 }
 
+/// A stored view row as the rows it stands for: a multiset view keeps one
+/// entry with a count, a keyed view the row itself.
+pub fn expand_row(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> Result<()> {
+    if table.def.multiset {
+        let (count, row) = decode_counted(value)?;
+        for _ in 0..count {
+            out.push(row.to_vec());
+        }
+    } else {
+        out.push(value.to_vec());
+    }
+    Ok(())
+}
+
 impl Materialize {
     pub fn new(view: Arc<Table>, next_offset: u64, every: Option<i64>) -> Materialize {
         Materialize {
