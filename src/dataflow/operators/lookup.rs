@@ -13,10 +13,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array};
-use datafusion::arrow::compute::take_arrays;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::compute::{cast, take_arrays};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 
 use crate::catalog::Table;
 use crate::dataflow::change::ChangeBatch;
@@ -45,6 +46,9 @@ pub struct LookupJoin {
     schema: SchemaRef,
     /// LEFT: stream rows without a match go out padded with NULLs.
     pad: bool,
+    /// The primary key's types, when the ON clause names the whole primary
+    /// key of a keyed table: each batch then reads only its keys' rows.
+    point: Option<Vec<DataType>>,
 }
 
 /// The lookup side of a join, as the planner describes it.
@@ -68,7 +72,9 @@ impl LookupJoin {
             .iter()
             .map(|k| Ok(SortField::new(k.data_type(stream_schema)?)))
             .collect::<Result<Vec<_>>>()?;
+        let point = point_lookup(&lookup);
         Ok(LookupJoin {
+            point,
             table: lookup.table,
             steps: lookup.steps,
             stream_keys,
@@ -80,20 +86,13 @@ impl LookupJoin {
         })
     }
 
-    /// The lookup side's rows now: the table's committed rows, stepped.
-    fn current(&self, cx: &Context<'_>) -> Result<RecordBatch> {
-        let db = cx.state.db();
-        let prefix = keys::table_prefix(self.table.def.id);
-        let mut options = rocksdb::ReadOptions::default();
-        options.set_iterate_range(prefix.clone()..keys::prefix_end(&prefix));
-        let mut iter = db.raw_iterator_cf_opt(cf(db, CF_ROWS), options);
-        iter.seek(&prefix);
-        let mut rows = Vec::new();
-        while let Some(value) = iter.value() {
-            expand_row(&self.table, value, &mut rows)?;
-            iter.next();
-        }
-        iter.status()?;
+    /// The lookup side's rows now: the table's committed rows (only those
+    /// under `keys` when they are primary keys), stepped.
+    fn current(&self, cx: &Context<'_>, keys: &[ArrayRef]) -> Result<RecordBatch> {
+        let rows = match &self.point {
+            Some(types) => self.rows_under(cx, keys, types)?,
+            None => self.all_rows(cx)?,
+        };
         let mut batch = self.table.codec.decode(rows.iter().map(Vec::as_slice))?;
         for step in &self.steps {
             batch = match step {
@@ -118,6 +117,52 @@ impl LookupJoin {
         Ok(batch)
     }
 
+    /// The stored rows under the batch's keys, each key read once.
+    fn rows_under(
+        &self,
+        cx: &Context<'_>,
+        keys: &[ArrayRef],
+        types: &[DataType],
+    ) -> Result<Vec<Vec<u8>>> {
+        let columns = keys
+            .iter()
+            .zip(types)
+            .map(|(k, t)| cast(k, t))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let encoded = self.table.codec.encode_key_columns(&columns)?;
+        let mut wanted: Vec<Vec<u8>> = (0..encoded.num_rows())
+            .filter(|i| columns.iter().all(|c| c.is_valid(*i)))
+            .map(|i| keys::row_key(self.table.def.id, encoded.row(i).data()))
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        let db = cx.state.db();
+        let family = cf(db, CF_ROWS);
+        let mut rows = Vec::new();
+        for found in db.multi_get_cf(wanted.iter().map(|k| (family, k))) {
+            if let Some(value) = found? {
+                rows.push(value);
+            }
+        }
+        Ok(rows)
+    }
+
+    fn all_rows(&self, cx: &Context<'_>) -> Result<Vec<Vec<u8>>> {
+        let db = cx.state.db();
+        let prefix = keys::table_prefix(self.table.def.id);
+        let mut options = rocksdb::ReadOptions::default();
+        options.set_iterate_range(prefix.clone()..keys::prefix_end(&prefix));
+        let mut iter = db.raw_iterator_cf_opt(cf(db, CF_ROWS), options);
+        iter.seek(&prefix);
+        let mut rows = Vec::new();
+        while let Some(value) = iter.value() {
+            expand_row(&self.table, value, &mut rows)?;
+            iter.next();
+        }
+        iter.status()?;
+        Ok(rows)
+    }
+
     fn key_columns(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
         Ok(exprs
             .iter()
@@ -140,8 +185,13 @@ impl Operator for LookupJoin {
                 .join(", ")
         };
         let kind = if self.pad { "left" } else { "inner" };
+        let read = if self.point.is_some() {
+            "primary-key reads"
+        } else {
+            "a scan a batch"
+        };
         format!(
-            "{kind} on [{}] = {}[{}] as of processing time",
+            "{kind} on [{}] = {}[{}] as of processing time, {read}",
             keys(&self.stream_keys),
             self.table.def.name,
             keys(&self.lookup_keys)
@@ -154,7 +204,8 @@ impl Operator for LookupJoin {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let table = self.current(cx)?;
+        let stream_keys = Self::key_columns(&self.stream_keys, batch.rows())?;
+        let table = self.current(cx, &stream_keys)?;
         let table_keys = Self::key_columns(&self.lookup_keys, &table)?;
         let table_rows = self.key_rows.convert_columns(&table_keys)?;
         let mut index: HashMap<&[u8], Vec<u32>> = HashMap::new();
@@ -167,7 +218,6 @@ impl Operator for LookupJoin {
             }
         }
         let rows = batch.rows();
-        let stream_keys = Self::key_columns(&self.stream_keys, rows)?;
         let stream_rows = self.key_rows.convert_columns(&stream_keys)?;
         let (mut mine, mut theirs, mut weights) = (Vec::new(), Vec::new(), Vec::new());
         let mut unmatched = Vec::new();
@@ -216,4 +266,36 @@ impl Operator for LookupJoin {
         }
         Ok(())
     }
+}
+
+/// The primary key's types, when the lookup keys are exactly the table's
+/// primary key columns, in key order, reached through plain column picks and
+/// filters (which then run on the fetched rows).
+fn point_lookup(lookup: &Lookup) -> Option<Vec<DataType>> {
+    let table = &lookup.table;
+    if !table.def.is_keyed() || table.def.multiset {
+        return None;
+    }
+    let [Step::Columns(columns, _), rest @ ..] = lookup.steps.as_slice() else {
+        return None;
+    };
+    if rest.iter().any(|s| !matches!(s, Step::Filter(_))) {
+        return None;
+    }
+    let key = &table.def.primary_key;
+    if lookup.keys.len() != key.len() {
+        return None;
+    }
+    for (expr, pk) in lookup.keys.iter().zip(key) {
+        let any: &dyn std::any::Any = expr.as_ref();
+        let column = any.downcast_ref::<Column>()?;
+        if columns.get(column.index()) != Some(pk) {
+            return None;
+        }
+    }
+    Some(
+        key.iter()
+            .map(|i| table.schema.field(*i).data_type().clone())
+            .collect(),
+    )
 }
