@@ -73,6 +73,13 @@ pub struct Join {
     /// The view, named in late events.
     view: String,
     watermark: Option<i64>,
+    /// Both sides' rows in memory, while the operator's state started empty
+    /// and they fit: then a key the memory does not hold is held nowhere.
+    memory: Option<Memory>,
+    /// Whether the state has been looked at for `memory` yet.
+    checked: bool,
+    /// Rows `memory` may hold (tests lower it).
+    memory_limit: usize,
     /// Converts join keys; both sides' keys have the same types.
     key_rows: RowConverter,
     /// Converts each side's whole rows.
@@ -83,6 +90,47 @@ pub struct Join {
     schema: SchemaRef,
     /// Which sides keep their unmatched rows, padded with NULLs.
     preserve: [bool; 2],
+}
+
+/// Rows kept in memory at most; past it the join writes them back and reads
+/// its state from RocksDB from then on.
+const MEMORY_ROWS: usize = 500_000;
+
+/// One side's rows (row format) by join key (row format), with multiplicities.
+type RowsByKey = HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>;
+
+/// Each side's rows by join key, with multiplicities, and the keys changed
+/// since the last barrier (written back to state there).
+#[derive(Default)]
+struct Memory {
+    sides: [RowsByKey; 2],
+    dirty: [std::collections::HashSet<Vec<u8>>; 2],
+    rows: usize,
+}
+
+/// Drop a row from memory by its state suffix: side tag, key length (u32
+/// BE), key, row.
+fn forget(memory: &mut Memory, suffix: &[u8]) {
+    let side = usize::from(suffix.first() == Some(&b'r'));
+    let Some(len) = suffix
+        .get(1..5)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_be_bytes)
+    else {
+        return;
+    };
+    let Some(key) = suffix.get(5..5 + len as usize) else {
+        return;
+    };
+    let row = &suffix[5 + len as usize..];
+    if let Some(rows) = memory.sides[side].get_mut(key) {
+        if rows.remove(row).is_some() {
+            memory.rows -= 1;
+        }
+        if rows.is_empty() {
+            memory.sides[side].remove(key);
+        }
+    }
 }
 
 /// An `i64` as bytes that sort like the numbers.
@@ -125,6 +173,9 @@ impl Join {
             expiry: None,
             view: String::new(),
             watermark: None,
+            memory: None,
+            checked: false,
+            memory_limit: MEMORY_ROWS,
         })
     }
 
@@ -176,11 +227,15 @@ impl Join {
     }
 
     /// Delete the rows of both sides that expire before `watermark`.
-    fn expire(&self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
+    fn expire(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
         let lower = cx.key(b"e");
         let upper = cx.key(&[b"e".as_slice(), &ordered(watermark)].concat());
         for (key, _) in cx.state.scan(&lower, &upper)? {
-            let entry = cx.key(&key[lower.len() + 8..]);
+            let suffix = &key[lower.len() + 8..];
+            if let Some(memory) = &mut self.memory {
+                forget(memory, suffix);
+            }
+            let entry = cx.key(suffix);
             cx.state.delete(entry);
             cx.state.delete(key);
         }
@@ -247,6 +302,91 @@ impl Join {
         Ok((self.key_rows.convert_columns(&columns)?, valid))
     }
 
+    /// The rows `side` holds under `key`, with their multiplicities: from
+    /// memory while the join keeps its rows there, else from state.
+    fn held(&self, cx: &Context<'_>, side: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
+        match &self.memory {
+            Some(memory) => Ok(memory.sides[side]
+                .get(key)
+                .map(|rows| {
+                    rows.iter()
+                        .filter(|(_, c)| **c != 0)
+                        .map(|(r, c)| (r.clone(), *c))
+                        .collect()
+                })
+                .unwrap_or_default()),
+            None => self.matches(cx, side, key),
+        }
+    }
+
+    /// Add `diff` to a row's multiplicity on its side.
+    fn count(
+        &mut self,
+        cx: &mut Context<'_>,
+        side: usize,
+        key: &[u8],
+        row: &[u8],
+        diff: i64,
+    ) -> Result<()> {
+        if let Some(memory) = &mut self.memory {
+            let rows = memory.sides[side].entry(key.to_vec()).or_default();
+            let count = rows.entry(row.to_vec()).or_insert_with(|| {
+                memory.rows += 1;
+                0
+            });
+            *count += diff;
+            memory.dirty[side].insert(key.to_vec());
+            return Ok(());
+        }
+        let state_key = [Self::prefix(cx, side, key).as_slice(), row].concat();
+        let held = match cx.state.get(&state_key)? {
+            Some(bytes) => read_count(&bytes)?,
+            None => 0,
+        };
+        match held + diff {
+            0 => cx.state.delete(state_key),
+            count => cx.state.put(state_key, count.to_le_bytes().to_vec()),
+        }
+        Ok(())
+    }
+
+    /// Write the rows changed in memory back to state; give the memory up
+    /// once it holds too many.
+    fn write_back(&mut self, cx: &mut Context<'_>) {
+        let Some(memory) = &mut self.memory else {
+            return;
+        };
+        for side in 0..2 {
+            for key in std::mem::take(&mut memory.dirty[side]) {
+                let prefix = Self::prefix(cx, side, &key);
+                let Some(rows) = memory.sides[side].get_mut(&key) else {
+                    continue;
+                };
+                rows.retain(|row, count| {
+                    let state_key = [prefix.as_slice(), row].concat();
+                    if *count == 0 {
+                        cx.state.delete(state_key);
+                    } else {
+                        cx.state.put(state_key, count.to_le_bytes().to_vec());
+                    }
+                    *count != 0
+                });
+                if rows.is_empty() {
+                    memory.sides[side].remove(&key);
+                }
+            }
+        }
+        memory.rows = memory
+            .sides
+            .iter()
+            .flat_map(|s| s.values())
+            .map(HashMap::len)
+            .sum();
+        if memory.rows > self.memory_limit {
+            self.memory = None;
+        }
+    }
+
     /// The rows the other side holds under `key`, with their multiplicities.
     fn matches(&self, cx: &Context<'_>, other: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
         let prefix = Self::prefix(cx, other, key);
@@ -308,6 +448,15 @@ impl Operator for Join {
         out
     }
 
+    fn on_barrier(
+        &mut self,
+        _barrier: crate::dataflow::change::Barrier,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        self.write_back(cx);
+        Ok(())
+    }
+
     fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
         self.watermark = self.watermark.max(Some(wm.micros));
         if self.expiry.is_some() {
@@ -317,6 +466,15 @@ impl Operator for Join {
     }
 
     fn on_changes(&mut self, input: usize, batch: ChangeBatch, cx: &mut Context<'_>) -> Result<()> {
+        if !self.checked {
+            // A join that starts on empty state (a new view) can keep its
+            // rows in memory: a key it does not hold is then held nowhere.
+            self.checked = true;
+            let end = prefix_end(cx.prefix);
+            if cx.state.first_in(cx.prefix, &end, false)?.is_none() {
+                self.memory = Some(Memory::default());
+            }
+        }
         let side = input.min(1);
         let other = 1 - side;
         let (batch, expires) = self.expiring(side, batch, cx)?;
@@ -337,7 +495,7 @@ impl Operator for Join {
             }
         }
         for (key, members) in &by_key {
-            let held = self.matches(cx, other, key)?;
+            let held = self.held(cx, other, key)?;
             if !held.is_empty() {
                 let mut mine = Vec::new();
                 let mut theirs: Vec<&[u8]> = Vec::new();
@@ -362,7 +520,7 @@ impl Operator for Join {
             if self.preserve[other] && !held.is_empty() {
                 // The other side's rows lose or regain their padding when
                 // this side's rows under the key come or go.
-                let before: i64 = self.matches(cx, side, key)?.iter().map(|(_, c)| c).sum();
+                let before: i64 = self.held(cx, side, key)?.iter().map(|(_, c)| c).sum();
                 let after = before + members.iter().map(|r| diff(*r)).sum::<i64>();
                 let sign = match (before > 0, after > 0) {
                     (false, true) => -1,
@@ -378,20 +536,13 @@ impl Operator for Join {
             // Then the change joins its own side.
             let prefix = Self::prefix(cx, side, key);
             for row in members {
-                let state_key = [prefix.as_slice(), encoded.row(*row as usize).data()].concat();
-                let held = match cx.state.get(&state_key)? {
-                    Some(bytes) => read_count(&bytes)?,
-                    None => 0,
-                };
+                let encoded_row = encoded.row(*row as usize).data();
                 if let Some(Some(at)) = expires.get(*row as usize) {
-                    let entry = &state_key[cx.prefix.len()..];
+                    let entry = &[prefix.as_slice(), encoded_row].concat()[cx.prefix.len()..];
                     let index = cx.key(&[b"e".as_slice(), &ordered(*at), entry].concat());
                     cx.state.put(index, Vec::new());
                 }
-                match held + diff(*row) {
-                    0 => cx.state.delete(state_key),
-                    count => cx.state.put(state_key, count.to_le_bytes().to_vec()),
-                }
+                self.count(cx, side, key, encoded_row, diff(*row))?;
             }
         }
         if !unmatched.is_empty() {
@@ -482,6 +633,11 @@ mod tests {
                 &mut cx,
             )
             .expect("watermark");
+            let barrier = crate::dataflow::change::Barrier {
+                epoch: step as u64,
+                now: 0,
+            };
+            op.on_barrier(barrier, &mut cx).expect("barrier");
             pairs += cx
                 .take_output()
                 .iter()
@@ -496,5 +652,56 @@ mod tests {
         assert_eq!(store.state_entries(b"test"), 0);
         // One step's rows and their expiry index, at most.
         assert!(most <= 40, "state grew to {most} entries");
+    }
+
+    #[test]
+    fn rows_kept_in_memory_join_like_rows_read_from_state() {
+        let run = |limit: usize| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = Store::open(dir.path()).expect("store");
+            let (left, right) = (side(), side());
+            let joined: Vec<Field> = [&left.schema, &right.schema]
+                .iter()
+                .flat_map(|s| s.fields().iter().map(|f| f.as_ref().clone()))
+                .collect();
+            let mut op = Join::new(left, right, None, Arc::new(Schema::new(joined)))
+                .expect("join")
+                .outer(true, false);
+            op.memory_limit = limit;
+            let mut out = Vec::new();
+            let steps: [(usize, Vec<i64>, Vec<i64>, i64); 5] = [
+                (0, vec![1, 2, 3], vec![10, 20, 30], 1),
+                (1, vec![1, 1, 4], vec![11, 12, 40], 1),
+                (0, vec![1, 4], vec![10, 41], 1),
+                (1, vec![1], vec![11], -1),
+                (0, vec![2, 1], vec![20, 10], -1),
+            ];
+            for (epoch, (input, keys, times, sign)) in steps.into_iter().enumerate() {
+                let mut state = EpochState::new(store.db().clone());
+                let prefix = b"test".to_vec();
+                let mut cx = Context::new(&mut state, &prefix);
+                let batch = rows(keys.clone(), times);
+                let diffs = Int64Array::from(vec![sign; keys.len()]);
+                let batch = ChangeBatch::new(batch.rows().clone(), diffs).expect("batch");
+                op.on_changes(input, batch, &mut cx).expect("changes");
+                let barrier = crate::dataflow::change::Barrier {
+                    epoch: epoch as u64,
+                    now: 0,
+                };
+                op.on_barrier(barrier, &mut cx).expect("barrier");
+                let mut lines = crate::dataflow::change::render(&cx.take_output());
+                lines.sort();
+                out.push(lines);
+                let mut batch = rocksdb::WriteBatch::default();
+                state.drain_into(&mut batch);
+                store.db().write(batch).expect("commit");
+            }
+            (out, store.state_entries(b"test"))
+        };
+        // Memory throughout, memory given up after the first epoch, and the
+        // state alone (a limit of zero gives memory up at once).
+        let kept = run(MEMORY_ROWS);
+        assert_eq!(kept, run(3));
+        assert_eq!(kept, run(0));
     }
 }
