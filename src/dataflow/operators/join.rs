@@ -494,24 +494,18 @@ impl Operator for Join {
                 unmatched.push(i as u32);
             }
         }
+        // Pairs, and the other side's rows whose padding comes or goes, are
+        // gathered over all keys and built into batches once.
+        let (mut mine, mut theirs, mut pair_weights) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut repadded, mut repad_weights) = (Vec::new(), Vec::new());
         for (key, members) in &by_key {
             let held = self.held(cx, other, key)?;
-            if !held.is_empty() {
-                let mut mine = Vec::new();
-                let mut theirs: Vec<&[u8]> = Vec::new();
-                for row in members {
-                    for (other_row, count) in &held {
-                        mine.push(*row);
-                        theirs.push(other_row);
-                        weights.push(diff(*row) * count);
-                    }
+            for row in members {
+                for (other_row, count) in &held {
+                    mine.push(*row);
+                    theirs.push(other_row.clone());
+                    pair_weights.push(diff(*row) * count);
                 }
-                let pairs = self.joined(
-                    side,
-                    Self::arriving(rows, mine)?,
-                    self.decode(other, &theirs)?,
-                )?;
-                joined.push(pairs);
             }
             let other_total: i64 = held.iter().map(|(_, c)| c).sum();
             if self.preserve[side] && other_total == 0 {
@@ -528,9 +522,8 @@ impl Operator for Join {
                     _ => 0,
                 };
                 if sign != 0 {
-                    let rows: Vec<&[u8]> = held.iter().map(|(r, _)| r.as_slice()).collect();
-                    joined.push(self.padded(other, self.decode(other, &rows)?)?);
-                    weights.extend(held.iter().map(|(_, c)| sign * c));
+                    repad_weights.extend(held.iter().map(|(_, c)| sign * c));
+                    repadded.extend(held.into_iter().map(|(r, _)| r));
                 }
             }
             // Then the change joins its own side.
@@ -544,6 +537,21 @@ impl Operator for Join {
                 }
                 self.count(cx, side, key, encoded_row, diff(*row))?;
             }
+        }
+        if !mine.is_empty() {
+            let theirs: Vec<&[u8]> = theirs.iter().map(Vec::as_slice).collect();
+            let pairs = self.joined(
+                side,
+                Self::arriving(rows, mine)?,
+                self.decode(other, &theirs)?,
+            )?;
+            joined.push(pairs);
+            weights.extend(pair_weights);
+        }
+        if !repadded.is_empty() {
+            let held: Vec<&[u8]> = repadded.iter().map(Vec::as_slice).collect();
+            joined.push(self.padded(other, self.decode(other, &held)?)?);
+            weights.extend(repad_weights);
         }
         if !unmatched.is_empty() {
             weights.extend(unmatched.iter().map(|r| diff(*r)));
