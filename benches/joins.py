@@ -47,7 +47,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ingest  # noqa: E402
 from ingest import fmt_int, fmt_mib, fmt_ratio, proc_status_kib  # noqa: E402
-from windows import DEFAULT_WEIR_BIN, event_time, metric, server_args  # noqa: E402
+from windows import DEFAULT_WEIR_BIN, event_time, memory_table, metric, server_args  # noqa: E402
 
 psycopg = ingest.psycopg
 
@@ -216,12 +216,7 @@ def markdown(args, runs: list[dict], memory: list[dict]) -> str:
         out.append("")
     if memory:
         out.append(f"q8 streamed ({args.mem_events:,} events, FLUSH after every {args.chunk:,}):\n")
-        out.append("| events streamed | resident set (MiB) | join and view state entries | view rows |")
-        out.append("|---|---:|---:|---:|")
-        for p in memory:
-            out.append(f"| {p['events']:,} | {fmt_mib(p['rss_kib'])} | {fmt_int(p.get('state_keys'))} "
-                       f"| {p['view_rows']:,} |")
-        out.append("")
+        out.extend(memory_table(memory, "join and view state entries"))
     return "\n".join(out)
 
 

@@ -256,6 +256,16 @@ def median(runs: list[dict], kind: str, key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+def memory_table(points: list[dict], state: str) -> list[str]:
+    """Resident set, state entries and view rows after each quarter of a stream."""
+    out = [f"| events streamed | resident set (MiB) | {state} | view rows |", "|---|---:|---:|---:|"]
+    for p in points:
+        out.append(f"| {p['events']:,} | {fmt_mib(p['rss_kib'])} | {fmt_int(p.get('state_keys'))} "
+                   f"| {p['view_rows']:,} |")
+    out.append("")
+    return out
+
+
 def checkpoint_table(checkpoints: list[dict]) -> list[str]:
     def med(interval: int, key: str) -> float:
         return statistics.median(r[key] for r in checkpoints if r["interval_ms"] == interval)
@@ -285,12 +295,7 @@ def markdown(args, runs: list[dict], memory: list[dict], checkpoints: list[dict]
     if checkpoints:
         out.extend(checkpoint_table(checkpoints))
     if memory:
-        out.append("| events streamed | resident set (MiB) | operator state entries | view rows |")
-        out.append("|---|---|---|---|")
-        for p in memory:
-            out.append(f"| {p['events']:,} | {fmt_mib(p['rss_kib'])} | {fmt_int(p.get('state_keys'))} "
-                       f"| {p['view_rows']:,} |")
-        out.append("")
+        out.extend(memory_table(memory, "operator state entries"))
     return "\n".join(out)
 
 

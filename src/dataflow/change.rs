@@ -1,7 +1,9 @@
 //! The change model: Arrow rows with signed weights beside them.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::{
-    Array, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array,
+    Array, ArrayRef, AsArray, BooleanArray, Int64Array, RecordBatch, UInt32Array,
 };
 use datafusion::arrow::compute::{
     filter, filter_record_batch, prep_null_mask_filter, take, take_record_batch,
@@ -10,6 +12,14 @@ use datafusion::arrow::datatypes::Int64Type;
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::error::{Error, Result};
+
+/// Each expression evaluated over every row of `rows`, as a column.
+pub fn evaluate_all(exprs: &[Arc<dyn PhysicalExpr>], rows: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    Ok(exprs
+        .iter()
+        .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
+        .collect::<datafusion::error::Result<Vec<_>>>()?)
+}
 
 /// Rows with signed multiplicities: row i occurs `diffs[i]` more (+) or fewer (-) times.
 #[derive(Debug, Clone)]

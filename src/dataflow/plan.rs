@@ -244,17 +244,30 @@ impl<'a> Planner<'a> {
                 "joins on IS NOT DISTINCT FROM are not supported in materialized views yet".into(),
             ));
         }
-        let keys = |planner: &Self, side: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| {
-            j.on.iter()
-                .map(|pair| planner.expr(pick(pair), side.schema()))
-                .collect::<Result<Vec<_>>>()
-        };
         if self.lookup(&j.left)?.is_some() {
             return Err(Error::NotSupported(
                 "the table read FOR SYSTEM_TIME AS OF PROCTIME() must be on the right of its join"
                     .into(),
             ));
         }
+        let keys = |side: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| {
+            j.on.iter()
+                .map(|pair| self.expr(pick(pair), side.schema()))
+                .collect::<Result<Vec<_>>>()
+        };
+        let left = Side {
+            keys: keys(&j.left, |p| &p.0)?,
+            schema: arrow_schema(&j.left),
+        };
+        let right = Side {
+            keys: keys(&j.right, |p| &p.1)?,
+            schema: arrow_schema(&j.right),
+        };
+        let residual = j
+            .filter
+            .as_ref()
+            .map(|f| self.expr(f, &j.schema))
+            .transpose()?;
         if let Some((table, steps)) = self.lookup(&j.right)? {
             if right_outer {
                 return Err(Error::NotSupported(
@@ -266,41 +279,15 @@ impl<'a> Planner<'a> {
             let lookup = Lookup {
                 table,
                 steps,
-                keys: keys(self, &j.right, |p| &p.1)?,
-                schema: arrow_schema(&j.right),
+                keys: right.keys,
             };
-            let residual = j
-                .filter
-                .as_ref()
-                .map(|f| self.expr(f, &j.schema))
-                .transpose()?;
-            let op = LookupJoin::new(
-                keys(self, &j.left, |p| &p.0)?,
-                &arrow_schema(&j.left),
-                lookup,
-                residual,
-                arrow_schema(plan),
-                left_outer,
-            )?;
+            let op = LookupJoin::new(left, lookup, residual, arrow_schema(plan), left_outer)?;
             return Ok(self.push(Box::new(op), vec![stream]));
         }
-        let left = self.node(&j.left)?;
-        let right = self.node(&j.right)?;
-        let left_side = Side {
-            keys: keys(self, &j.left, |p| &p.0)?,
-            schema: arrow_schema(&j.left),
-        };
-        let right_side = Side {
-            keys: keys(self, &j.right, |p| &p.1)?,
-            schema: arrow_schema(&j.right),
-        };
-        let residual = j
-            .filter
-            .as_ref()
-            .map(|f| self.expr(f, &j.schema))
-            .transpose()?;
-        let mut op = Join::new(left_side, right_side, residual, arrow_schema(plan))?
-            .outer(left_outer, right_outer);
+        let left_node = self.node(&j.left)?;
+        let right_node = self.node(&j.right)?;
+        let mut op =
+            Join::new(left, right, residual, arrow_schema(plan))?.outer(left_outer, right_outer);
         // Rows that come and go have no time after which they are done.
         if self.is_append_only(&j.left)
             && self.is_append_only(&j.right)
@@ -308,7 +295,7 @@ impl<'a> Planner<'a> {
         {
             op = op.bounded(expiry, self.view_name.clone());
         }
-        Ok(self.push(Box::new(op), vec![left, right]))
+        Ok(self.push(Box::new(op), vec![left_node, right_node]))
     }
 
     /// The table a join side reads FOR SYSTEM_TIME AS OF PROCTIME(), and the

@@ -210,7 +210,7 @@ async fn guard(task: impl Future<Output = Result<()>>, shared: Shared) {
     }
 }
 
-pub fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
     let text = panic
         .downcast_ref::<String>()
         .cloned()

@@ -204,7 +204,7 @@ fn run(db: Weak<DB>, disk: Option<DiskGuard>, sync: bool, mut rx: mpsc::Receiver
 
 type Reply = (oneshot::Sender<Result<u64>>, Result<u64>);
 
-/// Every request of a group refused with the same error.
+/// Every request of a group refused: the disk is nearly full.
 fn refuse(requests: Vec<WriteRequest>, error: &Error) -> Vec<Reply> {
     let message = error.to_string();
     requests

@@ -46,7 +46,7 @@ use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
-use crate::dataflow::change::{ChangeBatch, Watermark};
+use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::{Error, Result};
 use crate::state::keys::prefix_end;
@@ -442,11 +442,7 @@ impl Operator for Aggregate {
         cx: &mut Context<'_>,
     ) -> Result<()> {
         let n = batch.len();
-        let group_columns = self
-            .groups
-            .iter()
-            .map(|g| g.evaluate(batch.rows())?.into_array(n))
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let group_columns = evaluate_all(&self.groups, batch.rows())?;
         let keys = self.batch_keys(&group_columns)?;
         let args = self.evaluate_args(&batch)?;
         let inputs = args
@@ -662,11 +658,7 @@ impl Aggregate {
             let Some(aggregate) = self.aggs[a].accumulator.clone() else {
                 continue;
             };
-            let args = aggregate
-                .expressions()
-                .iter()
-                .map(|e| e.evaluate(batch.rows())?.into_array(batch.len()))
-                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            let args = evaluate_all(&aggregate.expressions(), batch.rows())?;
             for (slot, rows) in &rows_of {
                 let taken = take_arrays(&args, &UInt32Array::from(rows.clone()), None)?;
                 let held = self.groups_cache[*slot].state.slots[a].extreme.take();

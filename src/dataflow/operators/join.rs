@@ -39,7 +39,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
-use crate::dataflow::change::{ChangeBatch, Watermark};
+use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
@@ -105,7 +105,6 @@ type RowsByKey = HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>;
 struct Memory {
     sides: [RowsByKey; 2],
     dirty: [std::collections::HashSet<Vec<u8>>; 2],
-    rows: usize,
 }
 
 /// Drop a row from memory by its state suffix: side tag, key length (u32
@@ -124,9 +123,7 @@ fn forget(memory: &mut Memory, suffix: &[u8]) {
     };
     let row = &suffix[5 + len as usize..];
     if let Some(rows) = memory.sides[side].get_mut(key) {
-        if rows.remove(row).is_some() {
-            memory.rows -= 1;
-        }
+        rows.remove(row);
         if rows.is_empty() {
             memory.sides[side].remove(key);
         }
@@ -291,11 +288,7 @@ impl Join {
 
     /// The join keys of a batch's rows; `None` where a key column is NULL.
     fn keys(&self, side: usize, rows: &RecordBatch) -> Result<(Rows, Vec<bool>)> {
-        let columns = self.sides[side]
-            .keys
-            .iter()
-            .map(|k| k.evaluate(rows)?.into_array(rows.num_rows()))
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let columns = evaluate_all(&self.sides[side].keys, rows)?;
         let valid = (0..rows.num_rows())
             .map(|i| columns.iter().all(|c| c.is_valid(i)))
             .collect();
@@ -330,11 +323,7 @@ impl Join {
     ) -> Result<()> {
         if let Some(memory) = &mut self.memory {
             let rows = memory.sides[side].entry(key.to_vec()).or_default();
-            let count = rows.entry(row.to_vec()).or_insert_with(|| {
-                memory.rows += 1;
-                0
-            });
-            *count += diff;
+            *rows.entry(row.to_vec()).or_insert(0) += diff;
             memory.dirty[side].insert(key.to_vec());
             return Ok(());
         }
@@ -376,13 +365,13 @@ impl Join {
                 }
             }
         }
-        memory.rows = memory
+        let held: usize = memory
             .sides
             .iter()
             .flat_map(|s| s.values())
             .map(HashMap::len)
             .sum();
-        if memory.rows > self.memory_limit {
+        if held > self.memory_limit {
             self.memory = None;
         }
     }
@@ -594,6 +583,16 @@ mod tests {
         }
     }
 
+    /// An inner join of two `side()`s on `k`.
+    fn join() -> Join {
+        let (left, right) = (side(), side());
+        let joined: Vec<Field> = [&left.schema, &right.schema]
+            .iter()
+            .flat_map(|s| s.fields().iter().map(|f| f.as_ref().clone()))
+            .collect();
+        Join::new(left, right, None, Arc::new(Schema::new(joined))).expect("join")
+    }
+
     fn rows(keys: Vec<i64>, times: Vec<i64>) -> ChangeBatch {
         let batch = RecordBatch::try_new(
             side().schema,
@@ -610,20 +609,13 @@ mod tests {
     fn interval_join_state_stays_bounded_on_an_endless_stream() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
-        let (left, right) = (side(), side());
-        let joined: Vec<Field> = [&left.schema, &right.schema]
-            .iter()
-            .flat_map(|s| s.fields().iter().map(|f| f.as_ref().clone()))
-            .collect();
         // left.ts BETWEEN right.ts AND right.ts + 10
         let expiry = |keep| Expiry {
             column: 1,
             keep,
             drop_late: true,
         };
-        let mut op = Join::new(left, right, None, Arc::new(Schema::new(joined)))
-            .expect("join")
-            .bounded([expiry(0), expiry(10)], "v".into());
+        let mut op = join().bounded([expiry(0), expiry(10)], "v".into());
         let (mut most, mut pairs) = (0, 0i64);
         for step in 1..=200i64 {
             let mut state = EpochState::new(store.db().clone());
@@ -667,14 +659,7 @@ mod tests {
         let run = |limit: usize| {
             let dir = tempfile::tempdir().expect("tempdir");
             let store = Store::open(dir.path()).expect("store");
-            let (left, right) = (side(), side());
-            let joined: Vec<Field> = [&left.schema, &right.schema]
-                .iter()
-                .flat_map(|s| s.fields().iter().map(|f| f.as_ref().clone()))
-                .collect();
-            let mut op = Join::new(left, right, None, Arc::new(Schema::new(joined)))
-                .expect("join")
-                .outer(true, false);
+            let mut op = join().outer(true, false);
             op.memory_limit = limit;
             let mut out = Vec::new();
             let steps: [(usize, Vec<i64>, Vec<i64>, i64); 5] = [

@@ -20,8 +20,9 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 
 use crate::catalog::Table;
-use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::change::{ChangeBatch, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::join::Side;
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Result;
 use crate::state::{CF_ROWS, cf, keys};
@@ -56,28 +57,28 @@ pub struct Lookup {
     pub table: Arc<Table>,
     pub steps: Vec<Step>,
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
-    pub schema: SchemaRef,
 }
 
 impl LookupJoin {
+    /// `stream` is the other side of the join: its keys and schema.
     pub fn new(
-        stream_keys: Vec<Arc<dyn PhysicalExpr>>,
-        stream_schema: &SchemaRef,
+        stream: Side,
         lookup: Lookup,
         residual: Option<Arc<dyn PhysicalExpr>>,
         schema: SchemaRef,
         pad: bool,
     ) -> Result<LookupJoin> {
-        let key_types = stream_keys
+        let key_types = stream
+            .keys
             .iter()
-            .map(|k| Ok(SortField::new(k.data_type(stream_schema)?)))
+            .map(|k| Ok(SortField::new(k.data_type(&stream.schema)?)))
             .collect::<Result<Vec<_>>>()?;
         let point = point_lookup(&lookup);
         Ok(LookupJoin {
             point,
             table: lookup.table,
             steps: lookup.steps,
-            stream_keys,
+            stream_keys: stream.keys,
             lookup_keys: lookup.keys,
             key_rows: RowConverter::new(key_types)?,
             residual,
@@ -105,12 +106,7 @@ impl LookupJoin {
                     .rows()
                     .clone(),
                 Step::Project(exprs, schema) => {
-                    let n = batch.num_rows();
-                    let arrays = exprs
-                        .iter()
-                        .map(|e| e.evaluate(&batch)?.into_array(n))
-                        .collect::<datafusion::error::Result<Vec<_>>>()?;
-                    RecordBatch::try_new(schema.clone(), arrays)?
+                    RecordBatch::try_new(schema.clone(), evaluate_all(exprs, &batch)?)?
                 }
             };
         }
@@ -162,13 +158,6 @@ impl LookupJoin {
         iter.status()?;
         Ok(rows)
     }
-
-    fn key_columns(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
-        Ok(exprs
-            .iter()
-            .map(|k| k.evaluate(batch)?.into_array(batch.num_rows()))
-            .collect::<datafusion::error::Result<Vec<_>>>()?)
-    }
 }
 
 impl Operator for LookupJoin {
@@ -204,9 +193,9 @@ impl Operator for LookupJoin {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let stream_keys = Self::key_columns(&self.stream_keys, batch.rows())?;
+        let stream_keys = evaluate_all(&self.stream_keys, batch.rows())?;
         let table = self.current(cx, &stream_keys)?;
-        let table_keys = Self::key_columns(&self.lookup_keys, &table)?;
+        let table_keys = evaluate_all(&self.lookup_keys, &table)?;
         let table_rows = self.key_rows.convert_columns(&table_keys)?;
         let mut index: HashMap<&[u8], Vec<u32>> = HashMap::new();
         for i in 0..table.num_rows() {

@@ -6,7 +6,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 
-use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::change::{ChangeBatch, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::Result;
 
@@ -40,11 +40,7 @@ impl Operator for Project {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let columns = self
-            .exprs
-            .iter()
-            .map(|e| e.evaluate(batch.rows())?.into_array(batch.len()))
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        let columns = evaluate_all(&self.exprs, batch.rows())?;
         let rows = RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,
