@@ -54,6 +54,14 @@ pub enum Error {
     InvalidParameter(String),
     #[error("{0}")]
     PrerequisiteState(String),
+    #[error("{0}")]
+    DuplicateObject(String),
+    #[error("cursor \"{0}\" does not exist")]
+    UndefinedCursor(String),
+    #[error("cursor \"{0}\" already exists")]
+    DuplicateCursor(String),
+    #[error("{0}")]
+    NoActiveTransaction(String),
     #[error("could not serialize access due to concurrent update")]
     SerializationFailure,
     #[error("canceling statement due to user request")]
@@ -140,6 +148,10 @@ impl Error {
             Error::DiskFull(_) => "53100",
             Error::InvalidParameter(_) => "22023",
             Error::PrerequisiteState(_) => "55000",
+            Error::DuplicateObject(_) => "42710",
+            Error::UndefinedCursor(_) => "34000",
+            Error::DuplicateCursor(_) => "42P03",
+            Error::NoActiveTransaction(_) => "25P01",
             Error::SerializationFailure => "40001",
             Error::Canceled => "57014",
             Error::ShuttingDown => "57P01",

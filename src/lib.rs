@@ -18,7 +18,8 @@
 //!
 //! - [`server`]: pgwire only; turns bytes into calls on a [`session::Session`].
 //! - [`session`]: per-connection settings and the [`session::Engine`] that owns
-//!   the catalog, the store and the DataFusion context.
+//!   the catalog, the store and the DataFusion context; change streams
+//!   (`SUBSCRIBE`) that tail a relation's log topic at the reader's pace.
 //! - [`sql`]: our statements on top of `sqlparser`, one handler per statement.
 //! - [`catalog`]: tables and their definitions, persisted in RocksDB.
 //! - [`dataflow`]: the change model that flows between operators.

@@ -45,6 +45,15 @@ pub struct ViewDef {
     /// When the view's results change.
     #[serde(default)]
     pub emit: Emit,
+    /// How long its changes stay readable by change streams, in
+    /// microseconds; older ones are compacted into one snapshot.
+    #[serde(default = "default_retention")]
+    pub retention: i64,
+}
+
+/// One hour, in microseconds.
+fn default_retention() -> i64 {
+    3_600_000_000
 }
 
 /// A view's emit policy: when its results change.
@@ -101,6 +110,18 @@ impl ObjectDef {
     }
 }
 
+/// A named, persisted change stream of a table or view (RisingWave's
+/// `CREATE SUBSCRIPTION`): subscription cursors read the relation's
+/// changelog through it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscriptionDef {
+    pub name: String,
+    /// The table or view it reads.
+    pub from: u64,
+    /// How long the relation's changes stay readable, in microseconds.
+    pub retention: i64,
+}
+
 /// The kinds a user names in DDL and SHOW.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
@@ -109,6 +130,7 @@ pub enum ObjectKind {
     MaterializedView,
     View,
     Sink,
+    Subscription,
 }
 
 impl ObjectKind {
@@ -119,6 +141,7 @@ impl ObjectKind {
             ObjectKind::MaterializedView => "materialized view",
             ObjectKind::View => "view",
             ObjectKind::Sink => "sink",
+            ObjectKind::Subscription => "subscription",
         }
     }
 }
@@ -182,8 +205,16 @@ impl std::fmt::Debug for Catalog {
 #[derive(Default)]
 struct Inner {
     by_name: BTreeMap<String, Object>,
+    subscriptions: BTreeMap<String, SubscriptionDef>,
     next_id: u64,
 }
+
+/// Where a subscription's definition is kept in the catalog family.
+fn subscription_key(name: &str) -> Vec<u8> {
+    [SUBSCRIPTION_PREFIX, name.as_bytes()].concat()
+}
+
+const SUBSCRIPTION_PREFIX: &[u8] = b"sub\x00";
 
 impl Catalog {
     /// Load every persisted object.
@@ -214,6 +245,15 @@ impl Catalog {
         for def in defs {
             let object = build(def)?;
             inner.by_name.insert(object_name(&object), object);
+        }
+        for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), SUBSCRIPTION_PREFIX) {
+            let (key, value) = entry?;
+            if !key.starts_with(SUBSCRIPTION_PREFIX) {
+                break;
+            }
+            let def: SubscriptionDef = serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable subscription entry: {e}")))?;
+            inner.subscriptions.insert(def.name.clone(), def);
         }
         Ok(Catalog {
             db,
@@ -298,6 +338,57 @@ impl Catalog {
         Ok(object)
     }
 
+    pub fn subscription(&self, name: &str) -> Option<SubscriptionDef> {
+        self.read().subscriptions.get(name).cloned()
+    }
+
+    /// Every subscription, in name order.
+    pub fn subscriptions(&self) -> Vec<SubscriptionDef> {
+        self.read().subscriptions.values().cloned().collect()
+    }
+
+    /// Add a subscription; its name must be free among subscriptions.
+    pub fn create_subscription(&self, def: SubscriptionDef) -> Result<()> {
+        let mut inner = self.write();
+        if inner.subscriptions.contains_key(&def.name) {
+            return Err(Error::DuplicateObject(format!(
+                "subscription \"{}\" already exists",
+                def.name
+            )));
+        }
+        let json = serde_json::to_vec(&def)
+            .map_err(|e| Error::Internal(format!("cannot serialise subscription: {e}")))?;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            subscription_key(&def.name),
+            json,
+            &sync_write(),
+        )?;
+        inner.subscriptions.insert(def.name.clone(), def);
+        Ok(())
+    }
+
+    pub fn drop_subscription(&self, name: &str) -> Result<()> {
+        let mut inner = self.write();
+        self.db.delete_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            subscription_key(name),
+            &sync_write(),
+        )?;
+        inner.subscriptions.remove(name);
+        Ok(())
+    }
+
+    /// Names of the subscriptions that read `id`.
+    pub fn subscriptions_of(&self, id: u64) -> Vec<String> {
+        self.read()
+            .subscriptions
+            .values()
+            .filter(|s| s.from == id)
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
     /// Names of the objects that read from `id`.
     pub fn dependents(&self, id: u64) -> Vec<String> {
         self.read()
@@ -323,9 +414,22 @@ impl Catalog {
             // A view's operator state and source offsets live under its id.
             batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &end);
         }
+        let ids: Vec<u64> = objects.iter().map(Object::id).collect();
+        let orphans: Vec<String> = inner
+            .subscriptions
+            .values()
+            .filter(|s| ids.contains(&s.from))
+            .map(|s| s.name.clone())
+            .collect();
+        for name in &orphans {
+            batch.delete_cf(cf(&self.db, CF_CATALOG), subscription_key(name));
+        }
         self.db.write_opt(batch, &sync_write())?;
         for object in objects {
             inner.by_name.remove(&object_name(object));
+        }
+        for name in orphans {
+            inner.subscriptions.remove(&name);
         }
         Ok(())
     }

@@ -26,7 +26,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
 use std::time::Duration;
 
 use rocksdb::{DB, WriteBatch, WriteOptions};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::dataflow::change::Barrier;
 use crate::dataflow::graph::Dataflow;
@@ -36,11 +36,12 @@ use crate::dataflow::task::{
 };
 use crate::error::{Error, Result};
 use crate::state::writer::log_end;
-use crate::state::{CF_STATE, ReadView, cf, keys};
+use crate::state::{CF_STATE, ReadView, cf, keys, read_u64};
 
 pub use crate::dataflow::task::EPOCH_ROWS;
 
-const EPOCH_KEY: &[u8] = b"\xffepoch";
+/// Where the last committed epoch is kept.
+pub const EPOCH_KEY: &[u8] = b"\xffepoch";
 
 /// Processing time in microseconds since the Unix epoch.
 pub type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -63,6 +64,8 @@ enum Command {
     Flush(oneshot::Sender<Result<()>>),
     /// Wait until one view has read everything its sources held when asked.
     CatchUp(u64, oneshot::Sender<Result<()>>),
+    /// Keep a view's changes readable for at least this long (microseconds).
+    Retain(u64, i64),
 }
 
 /// A handle to the runtime thread.
@@ -70,6 +73,8 @@ enum Command {
 pub struct Runtime {
     tx: Sender<Command>,
     progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
+    /// The last committed epoch.
+    committed: watch::Receiver<u64>,
 }
 
 /// A topic a dataflow reads.
@@ -107,6 +112,7 @@ impl Runtime {
         let (tx, rx) = channel();
         let progress = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let shared = progress.clone();
+        let (epochs, committed) = watch::channel(read_u64(&db, EPOCH_KEY)?.unwrap_or(0));
         let db = Arc::downgrade(&db);
         let interval = settings.barrier_interval;
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -116,8 +122,18 @@ impl Runtime {
             .build()?;
         std::thread::Builder::new()
             .name("weir-dataflow".into())
-            .spawn(move || Worker::new(db, shared, settings, tasks).run(rx, interval))?;
-        Ok(Runtime { tx, progress })
+            .spawn(move || Worker::new(db, shared, settings, tasks, epochs).run(rx, interval))?;
+        Ok(Runtime {
+            tx,
+            progress,
+            committed,
+        })
+    }
+
+    /// Watches the last committed epoch: every view changelog chunk is
+    /// stamped with the epoch that wrote it.
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.clone()
     }
 
     pub async fn add(&self, dataflow: Dataflow) -> Result<()> {
@@ -146,6 +162,12 @@ impl Runtime {
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
+    /// Keep `view`'s changelog readable for at least `micros`; older
+    /// changes are compacted into one consolidated run.
+    pub fn retain(&self, view: u64, micros: i64) -> Result<()> {
+        self.send(Command::Retain(view, micros))
+    }
+
     /// How far a view has read its sources, from 0 to 1.
     pub fn progress(&self, view: u64) -> Option<f64> {
         self.progress
@@ -169,6 +191,10 @@ struct Worker {
     settings: Settings,
     /// Where the dataflows' tasks run.
     tasks: tokio::runtime::Runtime,
+    /// Tells change streams an epoch committed.
+    epochs: watch::Sender<u64>,
+    /// How long each view's changelog stays readable, and when it was last compacted.
+    retention: HashMap<u64, (i64, i64)>,
 }
 
 impl Worker {
@@ -177,15 +203,19 @@ impl Worker {
         progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
         settings: Settings,
         tasks: tokio::runtime::Runtime,
+        epochs: watch::Sender<u64>,
     ) -> Worker {
+        let epoch = *epochs.borrow();
         Worker {
             db,
             running: Vec::new(),
             waiters: Vec::new(),
-            epoch: 0,
+            epoch,
             progress,
             settings,
             tasks,
+            epochs,
+            retention: HashMap::new(),
         }
     }
 
@@ -208,6 +238,7 @@ impl Worker {
             if let Err(e) = self.epoch(&db) {
                 tracing::error!(cause = %e, "epoch failed");
             }
+            self.compact(&db);
             let answers = self.answer_waiters(&db);
             // Let go of the database before anyone hears back: whoever owns
             // the store must be the one that closes it.
@@ -224,9 +255,15 @@ impl Worker {
                 let outcome = self.add(*dataflow);
                 let _ = reply.send(outcome);
             }
+            Command::Retain(view, micros) => {
+                let now = (self.settings.now)();
+                let entry = self.retention.entry(view).or_insert((micros, now));
+                entry.0 = entry.0.max(micros);
+            }
             Command::Drop(view, reply) => {
                 // Dropping a dataflow's handle closes its channels: its tasks end.
                 self.running.retain(|r| r.view != view);
+                self.retention.remove(&view);
                 self.progress
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -264,9 +301,6 @@ impl Worker {
 
     fn add(&mut self, dataflow: Dataflow) -> Result<()> {
         let db = self.db.upgrade().ok_or(Error::ShuttingDown)?;
-        if self.epoch == 0 {
-            self.epoch = read_u64(&db, EPOCH_KEY)?.unwrap_or(0);
-        }
         let view = dataflow.view;
         let mut resume = Resume {
             now: (self.settings.now)(),
@@ -376,7 +410,7 @@ impl Worker {
             return Ok(());
         }
         if let Some(table) = &self.settings.late_events {
-            record_late(db, table, &late, now, &mut batch)?;
+            record_late(db, table, &late, barrier, &mut batch)?;
         }
         batch.put_cf(cf(db, CF_STATE), EPOCH_KEY, barrier.epoch.to_be_bytes());
         // Views are derived from the log, which is already durable: after a
@@ -385,8 +419,47 @@ impl Worker {
         options.set_sync(false);
         db.write_opt(batch, &options)?;
         self.epoch = barrier.epoch;
+        self.epochs.send_replace(barrier.epoch);
         self.report_progress(db);
         Ok(())
+    }
+
+    /// Fold each view's changes older than its retention into one run, every
+    /// half retention; never past what a view reading it has yet to read.
+    fn compact(&mut self, db: &DB) {
+        let now = (self.settings.now)();
+        let limits: HashMap<u64, u64> = self
+            .retention
+            .keys()
+            .map(|view| (*view, self.unread(*view)))
+            .collect();
+        for (view, (retention, last)) in self.retention.iter_mut() {
+            if now - *last < *retention / 2 {
+                continue;
+            }
+            *last = now;
+            let limit = limits.get(view).copied().unwrap_or(0);
+            match crate::log::embedded::compact(db, *view, 0, now - *retention, limit) {
+                Ok(Some(epoch)) => tracing::debug!(view, epoch, "changelog compacted"),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(view, cause = %e, "changelog compaction failed"),
+            }
+        }
+    }
+
+    /// The lowest offset of `topic` some running dataflow has not read yet.
+    fn unread(&self, topic: u64) -> u64 {
+        self.running
+            .iter()
+            .flat_map(|r| {
+                r.inputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, input)| input.topic == topic)
+                    .map(|(index, _)| r.offsets.get(&(index, 0)).copied().unwrap_or(0))
+            })
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     fn report_progress(&self, db: &DB) {
@@ -486,19 +559,25 @@ fn record_late(
     db: &DB,
     table: &crate::catalog::Table,
     late: &[LateEvent],
-    now: i64,
+    barrier: Barrier,
     batch: &mut WriteBatch,
 ) -> Result<()> {
     if late.is_empty() {
         return Ok(());
     }
-    let rows = crate::dataflow::late::batch(table, late, now)?;
+    let rows = crate::dataflow::late::batch(table, late, barrier.now)?;
+    let stamp = crate::log::embedded::Stamp {
+        epoch: barrier.epoch,
+        time: barrier.now,
+        compacted: false,
+    };
     let encoded = table.codec.encode_rows(&rows)?;
     let topic = table.def.topic();
     let mut next = log_end(db, topic, 0)?;
     let records: Vec<&[u8]> = encoded.iter().map(|r| r.data()).collect();
     for chunk in records.chunks(crate::log::embedded::CHUNK_ROWS) {
-        let bytes = crate::log::embedded::encode_chunk(chunk.iter().map(|r| (1, *r)), None);
+        let bytes =
+            crate::log::embedded::encode_chunk(chunk.iter().map(|r| (1, *r)), None, Some(stamp));
         batch.put_cf(
             cf(db, crate::state::CF_LOG),
             keys::log_key(topic, 0, next),
@@ -513,17 +592,4 @@ fn read_mark(db: &DB, key: &[u8]) -> Result<Option<i64>> {
     Ok(db
         .get_cf(cf(db, CF_STATE), key)?
         .and_then(|bytes| decode_mark(&bytes)))
-}
-
-fn read_u64(db: &DB, key: &[u8]) -> Result<Option<u64>> {
-    match db.get_cf(cf(db, CF_STATE), key)? {
-        Some(bytes) => {
-            let raw: [u8; 8] = bytes
-                .as_slice()
-                .try_into()
-                .map_err(|_| Error::Internal("malformed counter in state".into()))?;
-            Ok(Some(u64::from_be_bytes(raw)))
-        }
-        None => Ok(None),
-    }
 }

@@ -524,7 +524,7 @@ impl SourceTask {
                 if budget == 0 || state.pending_bytes() > EPOCH_BYTES {
                     break;
                 }
-                let (batches, read) = self.read_round(index, view, partition, at, budget)?;
+                let (batches, read, next) = self.read_round(index, view, partition, at, budget)?;
                 for (batch, watermark) in batches {
                     if !batch.is_empty() {
                         send(&self.outputs[index], Message::Changes(batch)).await?;
@@ -534,7 +534,7 @@ impl SourceTask {
                         other => highest = highest.max(other),
                     }
                 }
-                at += read;
+                at = next;
                 if read < budget {
                     break;
                 }
@@ -556,7 +556,8 @@ impl SourceTask {
     }
 
     /// Up to `budget` records of one partition from offset `at`, as change
-    /// batches with the watermark that ends each; and how many were read.
+    /// batches with the watermark that ends each; how many were read, and
+    /// the offset after the last (a compacted changelog has gaps).
     fn read_round(
         &self,
         index: usize,
@@ -564,22 +565,28 @@ impl SourceTask {
         partition: u32,
         at: u64,
         budget: u64,
-    ) -> Result<(Vec<Marked>, u64)> {
+    ) -> Result<(Vec<Marked>, u64, u64)> {
         let source = &self.sources[index];
         let mut batches = Vec::new();
         let mut read = 0;
-        read_partition(view, source.topic(), partition, at, |_, chunk| {
+        let mut next = at;
+        read_partition(view, source.topic(), partition, at, |base, chunk| {
             let take = (budget - read).min(chunk.entries.len() as u64) as usize;
             // A watermark holds only once its whole chunk has been read.
             let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
             let mut entries = chunk.entries;
             entries.truncate(take);
-            let chunk = crate::log::Chunk { entries, watermark };
+            let chunk = crate::log::Chunk {
+                entries,
+                watermark,
+                stamp: chunk.stamp,
+            };
             batches.push((source.decode(&chunk)?, watermark));
             read += take as u64;
+            next = base + take as u64;
             Ok(read < budget)
         })?;
-        Ok((batches, read))
+        Ok((batches, read, next))
     }
 
     /// Raise source `index`'s watermark and pass it on.

@@ -3,8 +3,11 @@
 //! Chunk layout: `u32 count`, then per record `i64 diff`, `u32 len`, `len` bytes
 //! of an encoded row (see [`crate::state::rows`]), then optionally the byte
 //! `1` and an `i64` watermark (microseconds): the event-time watermark of the
-//! topic once every record up to the chunk's end has been read. All integers
-//! little-endian.
+//! topic once every record up to the chunk's end has been read; then
+//! optionally the byte `2`, a `u64` epoch, an `i64` commit time
+//! (microseconds) and a `u8` flag: the commit that wrote the chunk (a view's
+//! dataflow epoch, or the writer's commit sequence for a table), and whether
+//! the chunk is part of a compacted prefix. All integers little-endian.
 //!
 //! A chunk may hold no records and only a watermark; it sits at the offset
 //! the next records will take, and a later chunk at that offset (which always
@@ -29,13 +32,29 @@ pub struct Chunk<'a> {
     pub entries: Vec<ChunkEntry<'a>>,
     /// The watermark once this chunk has been read, if the topic has one.
     pub watermark: Option<i64>,
+    /// The commit that wrote the chunk, if it was stamped.
+    pub stamp: Option<Stamp>,
+}
+
+/// The commit a chunk belongs to: change streams order and resume by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stamp {
+    /// A view's dataflow epoch, or the writer's commit sequence for a table.
+    pub epoch: u64,
+    /// Processing time of the commit, microseconds since the Unix epoch.
+    pub time: i64,
+    /// The chunk belongs to a compacted prefix: its records are the
+    /// consolidated changes of every epoch up to `epoch`.
+    pub compacted: bool,
 }
 
 const WATERMARK_TAG: u8 = 1;
+const STAMP_TAG: u8 = 2;
 
 pub fn encode_chunk<'a>(
     entries: impl IntoIterator<Item = (i64, &'a [u8])>,
     watermark: Option<i64>,
+    stamp: Option<Stamp>,
 ) -> Vec<u8> {
     let mut out = vec![0u8; 4];
     let mut count: u32 = 0;
@@ -49,6 +68,12 @@ pub fn encode_chunk<'a>(
     if let Some(watermark) = watermark {
         out.push(WATERMARK_TAG);
         out.extend_from_slice(&watermark.to_le_bytes());
+    }
+    if let Some(stamp) = stamp {
+        out.push(STAMP_TAG);
+        out.extend_from_slice(&stamp.epoch.to_le_bytes());
+        out.extend_from_slice(&stamp.time.to_le_bytes());
+        out.push(u8::from(stamp.compacted));
     }
     out
 }
@@ -75,10 +100,25 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk<'_>> {
         at = start + len;
     }
     let watermark = match bytes.get(at) {
-        Some(&WATERMARK_TAG) => Some(i64::from_le_bytes(take::<8>(bytes, at + 1)?)),
+        Some(&WATERMARK_TAG) => {
+            at += 9;
+            Some(i64::from_le_bytes(take::<8>(bytes, at - 8)?))
+        }
         _ => None,
     };
-    Ok(Chunk { entries, watermark })
+    let stamp = match bytes.get(at) {
+        Some(&STAMP_TAG) => Some(Stamp {
+            epoch: u64::from_le_bytes(take::<8>(bytes, at + 1)?),
+            time: i64::from_le_bytes(take::<8>(bytes, at + 9)?),
+            compacted: take::<1>(bytes, at + 17)?[0] == 1,
+        }),
+        _ => None,
+    };
+    Ok(Chunk {
+        entries,
+        watermark,
+        stamp,
+    })
 }
 
 fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N]> {
@@ -123,9 +163,214 @@ pub fn read_partition(
             Chunk {
                 entries,
                 watermark: chunk.watermark,
+                stamp: chunk.stamp,
             },
         )
     })
+}
+
+/// Where a partition ends in a snapshot, and the watermark it carries there.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tail {
+    pub end: u64,
+    pub watermark: Option<i64>,
+}
+
+pub fn tail(view: &ReadView, topic: u64, partition: u32) -> Result<Tail> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let Some((key, value)) = view.at_or_before(CF_LOG, &prefix, &keys::prefix_end(&prefix))? else {
+        return Ok(Tail::default());
+    };
+    let base = keys::log_key_offset(&key).ok_or_else(corrupt)?;
+    let chunk = decode_chunk(&value)?;
+    Ok(Tail {
+        end: base + chunk.entries.len() as u64,
+        watermark: chunk.watermark,
+    })
+}
+
+/// The chunk holding `offset` (or the last one before it): base and stamp.
+fn chunk_at(
+    view: &ReadView,
+    topic: u64,
+    partition: u32,
+    offset: u64,
+) -> Result<Option<(u64, u64, Option<Stamp>)>> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let key = keys::log_key(topic, partition, offset);
+    let Some((key, value)) = view.at_or_before(CF_LOG, &prefix, &key)? else {
+        return Ok(None);
+    };
+    let base = keys::log_key_offset(&key).ok_or_else(corrupt)?;
+    let chunk = decode_chunk(&value)?;
+    Ok(Some((base, base + chunk.entries.len() as u64, chunk.stamp)))
+}
+
+/// The first offset of a partition written after `epoch` (stamps never go
+/// back along a partition, so a binary search over chunks finds it), or,
+/// when the partition's compacted prefix already folded `epoch` in, the
+/// oldest epoch it can resume after.
+pub fn after_epoch(
+    view: &ReadView,
+    topic: u64,
+    partition: u32,
+    epoch: u64,
+) -> Result<std::result::Result<u64, u64>> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let mut lower = 0;
+    let mut first_chunk = None;
+    view.scan(
+        CF_LOG,
+        prefix.clone(),
+        keys::prefix_end(&prefix),
+        |key, value| {
+            lower = keys::log_key_offset(key).ok_or_else(corrupt)?;
+            first_chunk = Some(decode_chunk(value)?.stamp);
+            Ok(false)
+        },
+    )?;
+    if let Some(Some(stamp)) = first_chunk
+        && stamp.compacted
+        && epoch < stamp.epoch
+    {
+        return Ok(Err(stamp.epoch));
+    }
+    let mut upper = tail(view, topic, partition)?.end;
+    // Invariant: every chunk ending at or before `lower` is at or before
+    // `epoch`; every chunk starting at or after `upper` is after it.
+    while lower < upper {
+        let middle = lower + (upper - lower) / 2;
+        let Some((base, end, stamp)) = chunk_at(view, topic, partition, middle)? else {
+            break;
+        };
+        if stamp.is_none_or(|s| s.epoch <= epoch) {
+            lower = end.max(middle + 1);
+        } else {
+            upper = base;
+        }
+    }
+    Ok(Ok(lower))
+}
+
+/// Fold the start of a partition into one consolidated run: every chunk
+/// written before `before` (processing time), and every chunk a previous
+/// compaction made, as long as it ends at or before `limit`. The run ends
+/// where the folded chunks ended, so later offsets keep their meaning, and
+/// is stamped compacted with the newest epoch it holds. Returns that epoch,
+/// or `None` when there was nothing new to fold.
+///
+/// The caller must be the partition's only writer while this runs.
+pub fn compact(
+    db: &rocksdb::DB,
+    topic: u64,
+    partition: u32,
+    before: i64,
+    limit: u64,
+) -> Result<Option<u64>> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let mut fold = Fold::default();
+    let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
+    iter.seek(&prefix);
+    while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+        if !key.starts_with(&prefix) {
+            break;
+        }
+        let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
+        let chunk = decode_chunk(value)?;
+        let end = base + chunk.entries.len() as u64;
+        let Some(stamp) = chunk.stamp else { break };
+        // A watermark-only chunk sits at the end, where the next records go.
+        if chunk.entries.is_empty() && !stamp.compacted {
+            break;
+        }
+        if end > limit || (!stamp.compacted && stamp.time >= before) {
+            break;
+        }
+        fold.add(&chunk, stamp, end);
+        iter.next();
+    }
+    iter.status()?;
+    if !fold.fresh {
+        return Ok(None);
+    }
+    let mut batch = rocksdb::WriteBatch::default();
+    let family = crate::state::cf(db, CF_LOG);
+    batch.delete_range_cf(family, &prefix, &keys::log_key(topic, partition, fold.end));
+    let epoch = fold.stamp.epoch;
+    for (key, chunk) in fold.chunks(topic, partition) {
+        batch.put_cf(family, key, chunk);
+    }
+    db.write(batch)?;
+    Ok(Some(epoch))
+}
+
+/// Records being folded by [`compact`]: net weight per row, in first-seen order.
+#[derive(Default)]
+struct Fold {
+    order: Vec<Vec<u8>>,
+    sums: std::collections::HashMap<Vec<u8>, i64>,
+    stamp: Stamp,
+    watermark: Option<i64>,
+    end: u64,
+    /// Some folded chunk was not compacted before.
+    fresh: bool,
+}
+
+impl Fold {
+    fn add(&mut self, chunk: &Chunk<'_>, stamp: Stamp, end: u64) {
+        for entry in &chunk.entries {
+            match self.sums.get_mut(entry.row) {
+                Some(sum) => *sum += entry.diff,
+                None => {
+                    self.order.push(entry.row.to_vec());
+                    self.sums.insert(entry.row.to_vec(), entry.diff);
+                }
+            }
+        }
+        self.stamp.epoch = self.stamp.epoch.max(stamp.epoch);
+        self.stamp.time = self.stamp.time.max(stamp.time);
+        self.watermark = self.watermark.max(chunk.watermark);
+        self.end = end;
+        self.fresh |= !stamp.compacted;
+    }
+
+    /// The folded run as chunks ending at `end`; an empty chunk just
+    /// before `end` when everything cancelled, to keep the stamp.
+    fn chunks(self, topic: u64, partition: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let records: Vec<(i64, Vec<u8>)> = self
+            .order
+            .into_iter()
+            .filter_map(|row| {
+                let sum = self.sums.get(&row).copied().unwrap_or(0);
+                (sum != 0).then_some((sum, row))
+            })
+            .collect();
+        let stamp = Some(Stamp {
+            compacted: true,
+            ..self.stamp
+        });
+        if records.is_empty() {
+            let key = keys::log_key(topic, partition, self.end.saturating_sub(1));
+            return vec![(key, encode_chunk(std::iter::empty(), self.watermark, stamp))];
+        }
+        let mut at = self.end - records.len() as u64;
+        let pieces = records.len().div_ceil(CHUNK_ROWS);
+        let mut out = Vec::with_capacity(pieces);
+        for (i, piece) in records.chunks(CHUNK_ROWS).enumerate() {
+            let mark = if i + 1 == pieces {
+                self.watermark
+            } else {
+                None
+            };
+            let entries = piece.iter().map(|(d, r)| (*d, r.as_slice()));
+            out.push((
+                keys::log_key(topic, partition, at),
+                encode_chunk(entries, mark, stamp),
+            ));
+            at += piece.len() as u64;
+        }
+        out
+    }
 }
 
 #[cfg(test)]
@@ -135,19 +380,34 @@ mod tests {
     #[test]
     fn chunks_round_trip() {
         let rows: Vec<&[u8]> = vec![b"one", b"", b"three"];
-        let encoded = encode_chunk(rows.iter().zip([1, -1, 1]).map(|(r, d)| (d, *r)), None);
+        let encoded = encode_chunk(
+            rows.iter().zip([1, -1, 1]).map(|(r, d)| (d, *r)),
+            None,
+            None,
+        );
         let chunk = decode_chunk(&encoded).expect("decode");
         assert_eq!(chunk.entries.len(), 3);
         assert_eq!(chunk.watermark, None);
-        let marked = encode_chunk([(1, &b"x"[..])], Some(-7));
+        let marked = encode_chunk([(1, &b"x"[..])], Some(-7), None);
         assert_eq!(decode_chunk(&marked).expect("decode").watermark, Some(-7));
+        let stamp = Stamp {
+            epoch: 9,
+            time: 12,
+            compacted: true,
+        };
+        let stamped = decode_chunk(&encode_chunk([(1, &b"x"[..])], Some(3), Some(stamp)))
+            .expect("decode")
+            .stamp;
+        assert_eq!(stamped, Some(stamp));
+        let unmarked = encode_chunk(std::iter::empty(), None, Some(stamp));
+        assert_eq!(decode_chunk(&unmarked).expect("decode").stamp, Some(stamp));
         assert_eq!(chunk.entries[1], ChunkEntry { diff: -1, row: b"" });
         assert_eq!(chunk.entries[2].row, b"three");
     }
 
     #[test]
     fn truncated_chunks_are_errors_not_panics() {
-        let encoded = encode_chunk([(1, &b"abc"[..])], None);
+        let encoded = encode_chunk([(1, &b"abc"[..])], None, None);
         assert!(decode_chunk(&encoded[..encoded.len() - 1]).is_err());
         assert!(decode_chunk(&[1]).is_err());
     }

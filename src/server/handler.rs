@@ -18,12 +18,13 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyOutResponse};
 use pgwire::messages::response::NoticeResponse;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
 use crate::error::Error;
+use crate::session::subscribe::Subscription;
 use crate::session::{self, Engine, Metrics, Output, Session};
 use crate::sql::handlers;
 use crate::sql::parser::{self, Statement};
@@ -158,6 +159,9 @@ impl QueryHandler {
         };
         session.progress = None;
         match output {
+            Ok(Output::CopyOut(subscription)) => {
+                stream_copy(client, &self.engine, *subscription, format_options).await
+            }
             Ok(output) => to_response(output, format, format_options),
             Err(e) => {
                 Metrics::add(&self.engine.metrics.statement_errors, 1);
@@ -167,6 +171,54 @@ impl QueryHandler {
         }
     }
 }
+
+/// A change stream as COPY data, each batch flushed as it comes, until the
+/// client cancels (the statement is dropped) or goes away (a send fails).
+async fn stream_copy<C>(
+    client: &mut C,
+    engine: &Engine,
+    mut subscription: Subscription,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<Response>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let schema = subscription.schema().clone();
+    let fields = Arc::new(arrow_schema_to_pg_fields(
+        &schema,
+        &Format::UnifiedText,
+        Some(options),
+    )?);
+    let columns = fields.len();
+    client
+        .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
+            0,
+            columns as i16,
+            vec![0; columns],
+        )))
+        .await?;
+    loop {
+        let batch = subscription
+            .fetch(engine, COPY_ROWS, None)
+            .await
+            .map_err(to_pg_error)?;
+        let batch = super::text::timestamps_as_postgres(batch, &fields);
+        let mut data = bytes::BytesMut::new();
+        for row in encode_recordbatch(fields.clone(), batch) {
+            super::text::copy_text_line(&row?, &mut data);
+        }
+        if !data.is_empty() {
+            client
+                .send(PgWireBackendMessage::CopyData(CopyData::new(data.freeze())))
+                .await?;
+        }
+    }
+}
+
+/// Rows a change stream hands to one COPY data message at most.
+const COPY_ROWS: usize = 4096;
 
 /// Output formats for a client. Floats print as PostgreSQL prints them
 /// (`2`, not `2.0`) unless the client asks for `extra_float_digits` itself.
@@ -214,6 +266,11 @@ fn to_response(
         }
         Output::Transaction { tag, begin: true } => Response::TransactionStart(Tag::new(tag)),
         Output::Transaction { tag, begin: false } => Response::TransactionEnd(Tag::new(tag)),
+        Output::CopyOut(_) => {
+            return Err(to_pg_error(Error::Internal(
+                "a change stream reached the row encoder".into(),
+            )));
+        }
     })
 }
 
@@ -277,7 +334,7 @@ impl QueryParser for StatementParser {
 
     async fn parse_sql<C>(
         &self,
-        _client: &C,
+        client: &C,
         sql: &str,
         _types: &[Option<Type>],
     ) -> PgWireResult<Option<Prepared>>
@@ -294,9 +351,14 @@ impl QueryParser for StatementParser {
             )));
         }
         let statement = statements.remove(0);
-        let (parameter_types, schema) = handlers::describe(&self.engine, &statement)
-            .await
-            .map_err(to_pg_error)?;
+        let described = if matches!(statement, Statement::Fetch(_)) {
+            let shared = session_of(client);
+            let session = shared.lock().await;
+            handlers::describe(&self.engine, Some(&session), &statement).await
+        } else {
+            handlers::describe(&self.engine, None, &statement).await
+        };
+        let (parameter_types, schema) = described.map_err(to_pg_error)?;
         Ok(Some(Prepared {
             statement,
             parameter_types,

@@ -75,9 +75,43 @@ fn format_micros(micros: i64) -> Option<String> {
     Some(out)
 }
 
+/// One row in COPY's text format: fields as the row encoder wrote them
+/// (each a big-endian length, -1 for NULL, then the text), tab-separated,
+/// with backslash, tab, newline and carriage return escaped, `\N` for NULL.
+pub fn copy_text_line(row: &pgwire::messages::data::DataRow, out: &mut bytes::BytesMut) {
+    let data = &row.data;
+    let mut at = 0;
+    for field in 0..row.field_count {
+        if field > 0 {
+            out.extend_from_slice(b"\t");
+        }
+        let Some(head) = data.get(at..at + 4) else {
+            break;
+        };
+        let len = i32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+        at += 4;
+        if len < 0 {
+            out.extend_from_slice(b"\\N");
+            continue;
+        }
+        let end = (at + len as usize).min(data.len());
+        for &byte in &data[at..end] {
+            match byte {
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                other => out.extend_from_slice(&[other]),
+            }
+        }
+        at = end;
+    }
+    out.extend_from_slice(b"\n");
+}
+
 #[cfg(test)]
 mod tests {
-    use super::format_micros;
+    use super::{copy_text_line, format_micros};
 
     #[test]
     fn fractions_print_only_their_digits() {
@@ -90,5 +124,23 @@ mod tests {
             format_micros(-1).as_deref(),
             Some("1969-12-31 23:59:59.999999")
         );
+    }
+
+    #[test]
+    fn copy_lines_escape_and_mark_nulls() {
+        let mut data = bytes::BytesMut::new();
+        for field in [Some("a\tb\\c\n"), None, Some("")] {
+            match field {
+                Some(text) => {
+                    data.extend_from_slice(&(text.len() as i32).to_be_bytes());
+                    data.extend_from_slice(text.as_bytes());
+                }
+                None => data.extend_from_slice(&(-1i32).to_be_bytes()),
+            }
+        }
+        let row = pgwire::messages::data::DataRow::new(data, 3);
+        let mut out = bytes::BytesMut::new();
+        copy_text_line(&row, &mut out);
+        assert_eq!(&out[..], b"a\\tb\\\\c\\n\t\\N\t\n");
     }
 }

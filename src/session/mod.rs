@@ -2,6 +2,7 @@
 
 mod clock;
 mod engine;
+pub mod subscribe;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,6 +34,8 @@ pub enum Output {
     CopyIn { columns: usize },
     /// Transaction control: accepted, reported with its tag.
     Transaction { tag: &'static str, begin: bool },
+    /// A change stream to send as COPY data until the client cancels.
+    CopyOut(Box<subscribe::Subscription>),
 }
 
 impl Output {
@@ -71,6 +74,10 @@ pub struct Session {
     pub notices: Vec<String>,
     /// Notices sent while a long statement runs (backfill progress).
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    /// Open cursors, by name.
+    pub cursors: BTreeMap<String, handlers::subscribe::Cursor>,
+    /// Inside `BEGIN ... COMMIT`: cursors may be declared, and close at its end.
+    pub in_transaction: bool,
 }
 
 impl Session {

@@ -12,6 +12,10 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use crate::catalog::ObjectKind;
 use crate::error::{Error, Result};
 
+mod cursor;
+
+pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
+
 /// One parsed statement.
 #[derive(Debug, Clone)]
 pub enum Statement {
@@ -48,6 +52,23 @@ pub enum Statement {
         create: CreateView,
         dot: bool,
     },
+    /// `SUBSCRIBE v ...` and `COPY (SUBSCRIBE v ...) TO STDOUT`: a change stream in COPY format.
+    CopySubscribe(Subscribe),
+    /// `DECLARE c CURSOR FOR ...`.
+    Declare {
+        name: String,
+        source: CursorSource,
+    },
+    Fetch(Fetch),
+    /// `CLOSE c` (`None`: `CLOSE ALL`).
+    Close(Option<String>),
+    /// `CREATE SUBSCRIPTION s FROM v WITH (retention = ...)`.
+    CreateSubscription {
+        name: String,
+        from: String,
+        retention: Option<String>,
+        if_not_exists: bool,
+    },
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -68,6 +89,8 @@ pub struct CreateTable {
 pub struct CreateView {
     pub name: String,
     pub if_not_exists: bool,
+    /// `WITH (key = value, ...)` before `AS`.
+    pub options: Vec<(String, String)>,
     pub query: Box<ast::Query>,
     /// The `EMIT` clause ending the query, if any.
     pub emit: EmitClause,
@@ -171,11 +194,18 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
             create_view(&tokens, 3).map(Statement::CreateView)
         }
         ["EXPLAIN", ..] if is_explain_create_view(&tokens) => explain_create_view(&tokens),
-        ["CREATE", "SOURCE" | "SINK" | "VIEW" | "SUBSCRIPTION", ..]
-        | ["CREATE", "OR", "REPLACE", ..] => Ok(Statement::Unsupported(format!(
-            "{} is not supported yet",
-            words[..w.len().min(3)].join(" ")
-        ))),
+        ["CREATE", "SUBSCRIPTION", ..] => cursor::create_subscription(&tokens),
+        ["SUBSCRIBE", ..] => cursor::subscribe(&tokens).map(Statement::CopySubscribe),
+        ["COPY", "(", "SUBSCRIBE", ..] => cursor::copy_subscribe(&tokens),
+        ["DECLARE", ..] => cursor::declare(&tokens),
+        ["FETCH", ..] => cursor::fetch(&tokens),
+        ["CLOSE", ..] => cursor::close(&tokens),
+        ["CREATE", "SOURCE" | "SINK" | "VIEW", ..] | ["CREATE", "OR", "REPLACE", ..] => {
+            Ok(Statement::Unsupported(format!(
+                "{} is not supported yet",
+                words[..w.len().min(3)].join(" ")
+            )))
+        }
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
         ["SET", ..] => set(&tokens),
         ["RESET" | "DISCARD", ..] => Ok(reset(&tokens)),
@@ -333,6 +363,7 @@ fn drop(tokens: &[TokenWithSpan]) -> Result<Drop> {
         Some("SOURCE") => (ObjectKind::Source, 2),
         Some("SINK") => (ObjectKind::Sink, 2),
         Some("VIEW") => (ObjectKind::View, 2),
+        Some("SUBSCRIPTION") => (ObjectKind::Subscription, 2),
         Some("MATERIALIZED") if words.get(2).map(String::as_str) == Some("VIEW") => {
             (ObjectKind::MaterializedView, 3)
         }
@@ -434,12 +465,18 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     use sqlparser::keywords::Keyword;
     let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = object_name(&parser.parse_object_name(false)?)?;
+    let options = if parser.parse_keyword(Keyword::WITH) {
+        with_options(&mut parser)?
+    } else {
+        Vec::new()
+    };
     parser.expect_keyword(Keyword::AS)?;
     let query = parser.parse_query()?;
     expect_end(&parser)?;
     Ok(CreateView {
         name,
         if_not_exists,
+        options,
         query,
         emit,
         text,

@@ -121,6 +121,20 @@ pub fn cf<'a>(db: &'a DB, name: &str) -> &'a ColumnFamily {
         .expect("column families are created when the store opens")
 }
 
+/// A u64 counter (big-endian) kept under `key` in the state family.
+pub fn read_u64(db: &DB, key: &[u8]) -> Result<Option<u64>> {
+    match db.get_cf(cf(db, CF_STATE), key)? {
+        Some(bytes) => {
+            let raw: [u8; 8] = bytes
+                .as_slice()
+                .try_into()
+                .map_err(|_| Error::Internal("malformed counter in state".into()))?;
+            Ok(Some(u64::from_be_bytes(raw)))
+        }
+        None => Ok(None),
+    }
+}
+
 self_cell::self_cell!(
     /// A RocksDB snapshot that owns its database handle, so that a statement
     /// can share it across the tasks DataFusion runs.
@@ -155,6 +169,29 @@ impl ReadView {
             .into_iter()
             .map(|r| r.map(|v| v.map(|p| p.to_vec())).map_err(Error::from))
             .collect()
+    }
+
+    /// One key's value in the snapshot.
+    pub fn get(&self, family: &str, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let db = self.db();
+        Ok(db.get_cf_opt(cf(db, family), key, &self.read_options())?)
+    }
+
+    /// The last entry at or before `key` whose key starts with `prefix`.
+    pub fn at_or_before(
+        &self,
+        family: &str,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let db = self.db();
+        let mut iter = db.raw_iterator_cf_opt(cf(db, family), self.read_options());
+        iter.seek_for_prev(key);
+        iter.status()?;
+        Ok(match (iter.key(), iter.value()) {
+            (Some(k), Some(v)) if k.starts_with(prefix) => Some((k.to_vec(), v.to_vec())),
+            _ => None,
+        })
     }
 
     /// Visit every entry whose key starts with `prefix` and lies in `[lower, upper)`.

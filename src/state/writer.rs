@@ -15,10 +15,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 
 use rocksdb::{DB, WriteBatch, WriteOptions};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{Error, Result};
-use crate::log::embedded::{CHUNK_ROWS, chunk_len, decode_chunk, encode_chunk};
+use crate::log::embedded::{CHUNK_ROWS, Stamp, chunk_len, decode_chunk, encode_chunk};
 use crate::state::disk::{DiskGuard, is_disk_full};
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
@@ -123,6 +123,8 @@ fn producer_key(id: &str) -> Vec<u8> {
 #[derive(Clone, Debug)]
 pub struct Writer {
     tx: mpsc::Sender<WriteRequest>,
+    /// The sequence number of the last committed group.
+    committed: watch::Receiver<u64>,
 }
 
 impl Writer {
@@ -135,11 +137,18 @@ impl Writer {
     /// measuring what fsync costs, never for data a power cut must not lose.
     pub fn start(db: Arc<DB>, disk: Option<DiskGuard>, sync: bool) -> Result<Writer> {
         let (tx, rx) = mpsc::channel(1024);
+        let (sequence, committed) = watch::channel(read_sequence(&db)?);
         let db = Arc::downgrade(&db);
         std::thread::Builder::new()
             .name("weir-writer".into())
-            .spawn(move || run(db, disk, sync, rx))?;
-        Ok(Writer { tx })
+            .spawn(move || run(db, disk, sync, rx, sequence))?;
+        Ok(Writer { tx, committed })
+    }
+
+    /// Watches the sequence number of the last committed group: every table
+    /// log chunk is stamped with the sequence of the group that wrote it.
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.clone()
     }
 
     /// Apply one statement's writes; returns the rows affected once durable.
@@ -174,7 +183,27 @@ impl Writer {
 /// Requests committed together at most; bounds a group's memory.
 const MAX_GROUP: usize = 256;
 
-fn run(db: Weak<DB>, disk: Option<DiskGuard>, sync: bool, mut rx: mpsc::Receiver<WriteRequest>) {
+/// Where the sequence number of the last committed group is kept.
+pub const SEQUENCE_KEY: &[u8] = b"\xffwseq";
+
+/// Wall-clock time in microseconds: when a group committed.
+fn now_micros() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}
+
+fn read_sequence(db: &DB) -> Result<u64> {
+    Ok(crate::state::read_u64(db, SEQUENCE_KEY)?.unwrap_or(0))
+}
+
+fn run(
+    db: Weak<DB>,
+    disk: Option<DiskGuard>,
+    sync: bool,
+    mut rx: mpsc::Receiver<WriteRequest>,
+    sequence: watch::Sender<u64>,
+) {
     let mut offsets = Offsets::default();
     while let Some(first) = rx.blocking_recv() {
         let Some(db) = db.upgrade() else {
@@ -188,10 +217,18 @@ fn run(db: Weak<DB>, disk: Option<DiskGuard>, sync: bool, mut rx: mpsc::Receiver
                 Err(_) => break,
             }
         }
+        let stamp = Stamp {
+            epoch: *sequence.borrow() + 1,
+            time: now_micros(),
+            compacted: false,
+        };
         let replies = match disk.as_ref().map(DiskGuard::check) {
             Some(Err(full)) => refuse(requests, &full),
-            _ => commit_group(&db, &mut offsets, requests, sync),
+            _ => commit_group(&db, &mut offsets, requests, sync, stamp),
         };
+        if replies.iter().any(|(_, outcome)| outcome.is_ok()) {
+            sequence.send_replace(stamp.epoch);
+        }
         // Let go of the database before anyone hears back: whoever owns the
         // store must be the one that closes it.
         drop(db);
@@ -219,8 +256,12 @@ fn commit_group(
     offsets: &mut Offsets,
     requests: Vec<WriteRequest>,
     sync: bool,
+    stamp: Stamp,
 ) -> Vec<Reply> {
-    let mut group = Group::default();
+    let mut group = Group {
+        stamp,
+        ..Group::default()
+    };
     let mut replies = Vec::with_capacity(requests.len());
     let count = requests.len();
     for (index, request) in requests.into_iter().enumerate() {
@@ -349,6 +390,8 @@ struct Group {
     overlay: HashMap<Vec<u8>, usize>,
     /// The last sequence number each producer committed in this group.
     producers: HashMap<String, u64>,
+    /// Stamped on every log chunk the group writes.
+    stamp: Stamp,
 }
 
 enum Op {
@@ -405,6 +448,11 @@ impl Group {
         let rows = cf(db, CF_ROWS);
         let log = cf(db, CF_LOG);
         let mut batch = WriteBatch::default();
+        batch.put_cf(
+            cf(db, CF_STATE),
+            SEQUENCE_KEY,
+            self.stamp.epoch.to_be_bytes(),
+        );
         // A producer's sequence commits in the same write as its rows.
         for (id, seq) in &self.producers {
             batch.put_cf(cf(db, CF_STATE), producer_key(id), seq.to_be_bytes());
@@ -656,7 +704,11 @@ impl<'g> Pending<'g> {
             let chunks = entries.len().div_ceil(CHUNK_ROWS);
             for (i, chunk) in entries.chunks(CHUNK_ROWS).enumerate() {
                 let mark = if i + 1 == chunks { watermark } else { None };
-                let encoded = encode_chunk(chunk.iter().map(|(d, r)| (*d, r.as_slice())), mark);
+                let encoded = encode_chunk(
+                    chunk.iter().map(|(d, r)| (*d, r.as_slice())),
+                    mark,
+                    Some(self.group.stamp),
+                );
                 self.staged
                     .log
                     .push((keys::log_key(target.topic, partition, next), encoded));
@@ -810,7 +862,13 @@ mod tests {
         let (again, _) = request(1);
         let (next, _) = request(2);
         let mut offsets = Offsets::default();
-        let replies = commit_group(store.db(), &mut offsets, vec![first, again, next], true);
+        let replies = commit_group(
+            store.db(),
+            &mut offsets,
+            vec![first, again, next],
+            true,
+            Stamp::default(),
+        );
         let outcomes: Vec<u64> = replies
             .into_iter()
             .map(|(_, r)| r.expect("reply"))

@@ -24,7 +24,7 @@ use crate::dataflow::change::{Barrier, ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
-use crate::log::embedded::{CHUNK_ROWS, encode_chunk};
+use crate::log::embedded::{CHUNK_ROWS, Stamp, encode_chunk};
 use crate::state::keys;
 
 pub struct Materialize {
@@ -149,12 +149,22 @@ impl Materialize {
         Ok(())
     }
 
-    fn append_changelog(&mut self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) {
+    fn append_changelog(
+        &mut self,
+        changes: &[(Vec<u8>, i64)],
+        barrier: Barrier,
+        cx: &mut Context<'_>,
+    ) {
         let topic = self.view.def.topic();
         let watermark = self.watermark;
+        let stamp = Some(Stamp {
+            epoch: barrier.epoch,
+            time: barrier.now,
+            compacted: false,
+        });
         if changes.is_empty() {
             if watermark > self.published {
-                let empty = encode_chunk(std::iter::empty(), watermark);
+                let empty = encode_chunk(std::iter::empty(), watermark, stamp);
                 cx.state
                     .append_log(keys::log_key(topic, 0, self.next_offset), empty);
                 self.published = watermark;
@@ -165,6 +175,7 @@ impl Materialize {
             let encoded = encode_chunk(
                 chunk.iter().map(|(row, diff)| (*diff, row.as_slice())),
                 watermark,
+                stamp,
             );
             cx.state
                 .append_log(keys::log_key(topic, 0, self.next_offset), encoded);
@@ -174,13 +185,18 @@ impl Materialize {
     }
 
     /// Apply net changes to the view's rows and its changelog.
-    fn publish(&mut self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
+    fn publish(
+        &mut self,
+        changes: &[(Vec<u8>, i64)],
+        barrier: Barrier,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
         if self.view.def.multiset {
             self.apply_multiset(changes, cx)?;
         } else {
             self.apply_keyed(changes, cx)?;
         }
-        self.append_changelog(changes, cx);
+        self.append_changelog(changes, barrier, cx);
         Ok(())
     }
 
@@ -190,6 +206,7 @@ impl Materialize {
         &mut self,
         every: i64,
         changes: Vec<(Vec<u8>, i64)>,
+        barrier: Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
         for (row, diff) in changes {
@@ -223,7 +240,7 @@ impl Materialize {
             changes.push((key[prefix.len()..].to_vec(), read_count(&value)?));
         }
         cx.state.put(due_key, (now + every).to_le_bytes().to_vec());
-        self.publish(&changes, cx)
+        self.publish(&changes, barrier, cx)
     }
 }
 
@@ -258,12 +275,12 @@ impl Operator for Materialize {
         Ok(Some(wm))
     }
 
-    fn on_barrier(&mut self, _barrier: Barrier, cx: &mut Context<'_>) -> Result<()> {
+    fn on_barrier(&mut self, barrier: Barrier, cx: &mut Context<'_>) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
         let changes = self.epoch_changes(pending)?;
         match self.every {
-            Some(every) => self.hold(every, changes, cx),
-            None => self.publish(&changes, cx),
+            Some(every) => self.hold(every, changes, barrier, cx),
+            None => self.publish(&changes, barrier, cx),
         }
     }
 }

@@ -35,6 +35,7 @@ pub async fn create(
         }
         return Err(Error::DuplicateTable(create.name));
     }
+    let retention = retention(&create.options)?;
     let plan = plan_query(engine, &create.query).await?;
     let emit = emit_policy(engine, &create.emit).await?;
     let shape = Planner::shape(&engine.catalog, &plan, emit)?;
@@ -44,6 +45,7 @@ pub async fn create(
         query: create.query.to_string(),
         depends_on: shape.depends_on,
         emit,
+        retention,
     };
     let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
     else {
@@ -58,6 +60,25 @@ pub async fn create(
     backfill(engine, session, &view).await?;
     guard.view = None;
     Ok(Output::command(TAG))
+}
+
+/// `WITH (retention = '...')`: how long the view's changes stay readable
+/// by `SUBSCRIBE ... AS OF`, in microseconds.
+fn retention(options: &[(String, String)]) -> Result<i64> {
+    let mut text = super::subscribe::DEFAULT_RETENTION.to_string();
+    for (key, value) in options {
+        match key.as_str() {
+            "retention" => text = value.clone(),
+            other => {
+                return Err(Error::InvalidParameter(format!(
+                    "unrecognized materialized view option \"{other}\"; a view takes WITH (retention = '1 hour')"
+                )));
+            }
+        }
+    }
+    let duration = super::subscribe::parse_duration(&text)
+        .map_err(|e| Error::InvalidParameter(format!("retention: {e}")))?;
+    Ok(duration.as_micros() as i64)
 }
 
 /// Removes a view whose CREATE did not finish, also when the statement's
@@ -111,7 +132,16 @@ pub async fn start(engine: &Arc<Engine>, view: &Arc<View>) -> Result<()> {
     let query = crate::sql::parser::parse_query(&view.def.query)?;
     let plan = plan_query(engine, &query).await?;
     let dataflow = build(engine, view.table.clone(), &plan, view.def.emit)?;
-    engine.runtime.add(dataflow).await
+    engine.runtime.add(dataflow).await?;
+    let id = view.def.table.id;
+    let subscribed = engine
+        .catalog
+        .subscriptions()
+        .into_iter()
+        .filter(|s| s.from == id)
+        .map(|s| s.retention);
+    let retention = subscribed.fold(view.def.retention, i64::max);
+    engine.runtime.retain(id, retention)
 }
 
 fn build(
@@ -132,17 +162,21 @@ async fn emit_policy(engine: &Arc<Engine>, clause: &EmitClause) -> Result<Emit> 
     Ok(match clause {
         EmitClause::Changes => Emit::Changes,
         EmitClause::OnWindowClose => Emit::OnWindowClose,
-        EmitClause::Every(interval) => {
-            let value = super::query::evaluate(engine, interval).await?;
-            let micros = crate::dataflow::window::interval_micros("EMIT EVERY interval", &value)
-                .map_err(|e| {
-                    Error::InvalidParameter(format!(
-                        "{e}; for example EMIT EVERY INTERVAL '1' SECOND"
-                    ))
-                })?;
-            Emit::Every { micros }
-        }
+        EmitClause::Every(interval) => Emit::Every {
+            micros: every_micros(engine, interval, "EMIT EVERY INTERVAL '1' SECOND").await?,
+        },
     })
+}
+
+/// `EMIT EVERY`'s interval in microseconds; `example` shows a good one.
+pub async fn every_micros(
+    engine: &Arc<Engine>,
+    interval: &ast::Expr,
+    example: &str,
+) -> Result<i64> {
+    let value = super::query::evaluate(engine, interval).await?;
+    crate::dataflow::window::interval_micros("EMIT EVERY interval", &value)
+        .map_err(|e| Error::InvalidParameter(format!("{e}; for example {example}")))
 }
 
 pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Result<Output> {

@@ -242,17 +242,25 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
             )));
         }
         let dependents = dependents(engine, &object);
-        if !dependents.is_empty() && !drop.cascade {
+        let subscriptions: Vec<String> = dependents
+            .iter()
+            .chain(std::iter::once(&object))
+            .flat_map(|o| engine.catalog.subscriptions_of(o.id()))
+            .map(|s| format!("subscription {s}"))
+            .collect();
+        let mut described: Vec<String> = dependents.iter().map(describe).collect();
+        described.extend(subscriptions);
+        if !described.is_empty() && !drop.cascade {
             return Err(Error::DependentObjects {
                 kind: drop.kind.noun(),
                 name: name.clone(),
-                dependents: dependents.iter().map(describe).collect(),
+                dependents: described,
             });
         }
-        for dependent in dependents {
-            session.notice(format!("drop cascades to {}", describe(&dependent)));
-            doomed.push(dependent);
+        for dependent in described {
+            session.notice(format!("drop cascades to {dependent}"));
         }
+        doomed.extend(dependents);
         doomed.push(object);
     }
     let mut seen = HashSet::new();
@@ -287,7 +295,7 @@ fn missing(kind: ObjectKind, name: &str) -> Error {
         ObjectKind::Table | ObjectKind::MaterializedView | ObjectKind::View => {
             Error::UndefinedTable(name.to_string())
         }
-        ObjectKind::Source | ObjectKind::Sink => {
+        ObjectKind::Source | ObjectKind::Sink | ObjectKind::Subscription => {
             Error::UndefinedObject(format!("{} \"{name}\" does not exist", kind.noun()))
         }
     }

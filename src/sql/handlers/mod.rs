@@ -6,6 +6,7 @@ pub mod ddl;
 pub mod insert;
 pub mod query;
 pub mod show;
+pub mod subscribe;
 
 use std::sync::Arc;
 
@@ -24,6 +25,9 @@ pub async fn dispatch(
 ) -> Result<Output> {
     match statement {
         Statement::CreateTable(create) => ddl::create_table(engine, session, create).await,
+        Statement::Drop(drop) if drop.kind == crate::catalog::ObjectKind::Subscription => {
+            subscribe::drop_subscriptions(engine, session, &drop.names, drop.if_exists)
+        }
         Statement::Drop(drop) => ddl::drop(engine, session, drop).await,
         Statement::Show(kind) => show::objects(engine, kind),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
@@ -58,7 +62,21 @@ pub async fn dispatch(
             };
             Ok(Output::command(tag))
         }
-        Statement::Transaction(t) => Ok(transaction(t)),
+        Statement::Transaction(t) => Ok(transaction(session, t)),
+        Statement::CopySubscribe(subscribe) => Ok(Output::CopyOut(Box::new(
+            subscribe::open(engine, &subscribe).await?,
+        ))),
+        Statement::Declare { name, source } => {
+            subscribe::declare(engine, session, name, source).await
+        }
+        Statement::Fetch(fetch) => subscribe::fetch(engine, session, fetch).await,
+        Statement::Close(name) => subscribe::close(session, name),
+        Statement::CreateSubscription {
+            name,
+            from,
+            retention,
+            if_not_exists,
+        } => subscribe::create_subscription(engine, session, name, from, retention, if_not_exists),
         Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
         Statement::Query(ast) => {
             let producer = session.producer()?;
@@ -80,8 +98,12 @@ fn is_write(output: &Output) -> bool {
 }
 
 /// Each statement commits on its own; transaction blocks are accepted so that
-/// drivers which wrap statements in them work.
-fn transaction(t: Transaction) -> Output {
+/// drivers which wrap statements in them work, and they scope cursors.
+fn transaction(session: &mut Session, t: Transaction) -> Output {
+    session.in_transaction = t == Transaction::Begin;
+    if t != Transaction::Begin {
+        session.cursors.clear();
+    }
     match t {
         Transaction::Begin => Output::Transaction {
             tag: "BEGIN",
@@ -99,12 +121,18 @@ fn transaction(t: Transaction) -> Output {
 }
 
 /// Parameter types and result columns, for the extended protocol's Describe.
+/// A FETCH returns its cursor's columns, so it needs the session.
 pub async fn describe(
     engine: &Arc<Engine>,
+    session: Option<&Session>,
     statement: &Statement,
 ) -> Result<(Vec<Option<DataType>>, Option<SchemaRef>)> {
     let columns = |schema| Ok((Vec::new(), Some(schema)));
     match statement {
+        Statement::Fetch(fetch) => match session.and_then(|s| s.cursors.get(&fetch.cursor)) {
+            Some(cursor) => columns(cursor.schema()),
+            None => Err(Error::UndefinedCursor(fetch.cursor.clone())),
+        },
         Statement::Show(kind) => columns(show::objects_schema(*kind)),
         Statement::ExplainView { .. } => columns(show::text_lines_schema()),
         Statement::ShowCreate { .. } => columns(show::create_schema()),
@@ -121,6 +149,10 @@ pub async fn describe(
         | Statement::Transaction(_)
         | Statement::AdvanceClock(_)
         | Statement::CreateView(_)
+        | Statement::CopySubscribe(_)
+        | Statement::Declare { .. }
+        | Statement::Close(_)
+        | Statement::CreateSubscription { .. }
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""Change-stream benchmark: what subscribers cost the dataflow, and how soon
+a committed write reaches them.
+
+Starts a release weir node (`WeirServer` from benches/ingest.py: its own
+temporary data directory and free ports) for every run, with a stream
+
+    CREATE TABLE s (k BIGINT, v BIGINT) APPEND ONLY
+    CREATE MATERIALIZED VIEW busy AS
+        SELECT k % GROUPS AS g, count(*) AS n, sum(v) AS total FROM s GROUP BY g
+
+so that every epoch retracts and re-inserts thousands of groups.
+
+  throughput  with 0, 1 and --subscribers subscribers attached (each on its
+              own connection, `COPY (SUBSCRIBE busy WITH (snapshot = false))
+              TO STDOUT`, counting the lines it receives), --rows rows are
+              loaded with COPY and a FLUSH waits for the view. Reported per
+              subscriber count: view rows/s (load start to FLUSH), server
+              CPU-seconds, and changes delivered per second (all
+              subscribers together, up to the last change arriving). The
+              counts alternate run by run (--repeat runs each; medians).
+              Each subscriber's changes are checked to consolidate to the
+              view's final contents.
+
+  latency     with the default 100 ms barriers, a loader writes --load-rate
+              rows/s into s while a probe inserts a marker row (a group of
+              its own, negative k) every 50 ms; each subscriber notes when
+              the marker's change arrives. Reported: p50 / p99 / max of
+              (arrival - the marker INSERT returning), over every subscriber,
+              with 1 and with --subscribers subscribers.
+
+The result is a Markdown section on stdout; progress goes to stderr.
+
+Requirements: Python 3.9+, psycopg 3 (`pip install "psycopg[binary]"`) and a
+release build of weir. Linux only (reads /proc).
+
+Examples:
+  python3 benches/subscribe.py --weir-bin $HOME/.cache/weir-target-rel/release/weir
+  python3 benches/subscribe.py --rows 100000 --repeat 1 --samples 40   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ingest  # noqa: E402  (benches/ingest.py: WeirServer, machine info)
+from ingest import percentile  # noqa: E402
+
+DEFAULT_WEIR_BIN = os.path.join(
+    os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/weir-target-rel")),
+    "release", "weir")
+TABLE = "CREATE TABLE s (k BIGINT, v BIGINT) APPEND ONLY"
+VIEW = ("CREATE MATERIALIZED VIEW busy AS SELECT k % {groups} AS g, count(*) AS n, "
+        "sum(v) AS total FROM s GROUP BY g")
+
+
+def log(msg: str) -> None:
+    print(f"[subscribe] {msg}", file=sys.stderr, flush=True)
+
+
+def server_args(args) -> argparse.Namespace:
+    return argparse.Namespace(
+        weir_bin=args.weir_bin, tmp_dir=args.tmp_dir, weir_arg=[], startup_timeout=60,
+        no_prepare=True, mem_interval=0.5, keep=False,
+    )
+
+
+class Subscriber(threading.Thread):
+    """Reads one COPY (SUBSCRIBE ...) stream until stopped, consolidating it."""
+
+    def __init__(self, server, watch_markers: bool):
+        super().__init__(daemon=True)
+        self.conn = server.connect()
+        self.watch_markers = watch_markers
+        self.lines = 0
+        self.last_arrival = 0.0
+        self.rows: dict[bytes, int] = {}
+        self.markers: dict[int, float] = {}
+        self.ready = threading.Event()
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            with self.conn.cursor().copy(
+                    "COPY (SUBSCRIBE busy WITH (snapshot = false)) TO STDOUT") as copy:
+                self.ready.set()
+                for data in copy:
+                    self.consume(bytes(data))
+        except Exception as e:  # the connection is closed to stop the stream
+            self.error = e
+            self.ready.set()
+
+    def consume(self, data: bytes) -> None:
+        now = time.monotonic()
+        for line in data.splitlines():
+            _, diff, row = line.split(b"\t", 2)
+            self.rows[row] = self.rows.get(row, 0) + int(diff)
+            if self.watch_markers and row.startswith(b"-"):
+                self.markers.setdefault(-int(row.split(b"\t", 1)[0]), now)
+        self.lines += data.count(b"\n")
+        self.last_arrival = now
+
+    def contents(self) -> dict[bytes, int]:
+        return {r: n for r, n in self.rows.items() if n != 0}
+
+    def stop(self) -> None:
+        try:
+            self.conn.cancel()
+        except Exception:
+            pass
+
+
+def start_subscribers(server, count: int, watch_markers: bool) -> list[Subscriber]:
+    subs = [Subscriber(server, watch_markers) for _ in range(count)]
+    for sub in subs:
+        sub.start()
+    for sub in subs:
+        sub.ready.wait(30)
+    # The stream starts when the server has read its snapshot; give it a beat.
+    time.sleep(0.5)
+    return subs
+
+
+def stop_all(subs: list[Subscriber]) -> None:
+    for sub in subs:
+        sub.stop()
+    for sub in subs:
+        sub.join(10)
+        try:
+            sub.conn.close()
+        except Exception:
+            pass
+
+
+def view_contents(conn) -> dict[bytes, int]:
+    out: dict[bytes, int] = {}
+    for g, n, total in conn.execute("SELECT g, n, total FROM busy").fetchall():
+        key = f"{g}\t{n}\t{total}".encode()
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def wait_delivered(subs: list[Subscriber], expected: dict[bytes, int], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    for sub in subs:
+        while sub.contents() != expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError("a subscriber did not receive every change")
+            time.sleep(0.05)
+
+
+def load(conn, rows: int, chunk: int, start: int = 0) -> None:
+    for base in range(start, start + rows, chunk):
+        end = min(base + chunk, start + rows)
+        data = "".join(f"{i}\t{i % 97}\n" for i in range(base, end)).encode()
+        with conn.cursor().copy("COPY s FROM STDIN") as copy:
+            copy.write(data)
+
+
+@contextlib.contextmanager
+def busy_node(args):
+    """A fresh node with the stream and the busy view; stopped afterwards."""
+    server = ingest.WeirServer(server_args(args))
+    server.start()
+    try:
+        with server.connect() as conn:
+            conn.execute(TABLE)
+            conn.execute(VIEW.format(groups=args.groups))
+            yield server, conn
+    finally:
+        server.stop()
+        server.cleanup_dir()
+
+
+def run_throughput(args, count: int, rep: int) -> dict:
+    with busy_node(args) as (server, conn):
+        subs = start_subscribers(server, count, watch_markers=False)
+        cpu0, t0 = server.cpu_seconds(), time.monotonic()
+        load(conn, args.rows, args.chunk)
+        conn.execute("FLUSH")
+        seconds, cpu_s = time.monotonic() - t0, server.cpu_seconds() - cpu0
+        expected = view_contents(conn)
+        wait_delivered(subs, expected, 300)
+        delivered = sum(sub.lines for sub in subs)
+        last = max((sub.last_arrival for sub in subs), default=t0)
+        stop_all(subs)
+        run = {"subscribers": count, "rep": rep, "seconds": seconds, "cpu_seconds": cpu_s,
+               "rows_per_s": args.rows / seconds, "changes": delivered,
+               "changes_per_s": delivered / (last - t0) if delivered else None}
+        log(f"{count} subscribers, run {rep}: {run['rows_per_s']:,.0f} rows/s, "
+            f"{cpu_s:.1f} CPU-s, {delivered:,} changes delivered")
+        return run
+
+
+class Loader(threading.Thread):
+    def __init__(self, server, rate: int):
+        super().__init__(daemon=True)
+        self.conn = server.connect()
+        self.rate = rate
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        step, at, i = 0.02, time.monotonic(), 0
+        per_step = max(1, int(self.rate * step))
+        while not self.done.is_set():
+            data = "".join(f"{k}\t1\n" for k in range(i, i + per_step)).encode()
+            with self.conn.cursor().copy("COPY s FROM STDIN") as copy:
+                copy.write(data)
+            i += per_step
+            at += step
+            time.sleep(max(0.0, at - time.monotonic()))
+
+
+def run_latency(args, count: int) -> dict:
+    with busy_node(args) as (server, conn):
+        subs = start_subscribers(server, count, watch_markers=True)
+        loader = Loader(server, args.load_rate)
+        loader.start()
+        committed: dict[int, float] = {}
+        for marker in range(1, args.samples + 1):
+            conn.execute(f"INSERT INTO s VALUES ({-marker}, 0)")
+            committed[marker] = time.monotonic()
+            time.sleep(0.05)
+        time.sleep(1.0)
+        loader.done.set()
+        loader.join(10)
+        lags = sorted(
+            (sub.markers[m] - t) * 1000
+            for sub in subs for m, t in committed.items() if m in sub.markers)
+        missing = sum(1 for sub in subs for m in committed if m not in sub.markers)
+        stop_all(subs)
+        result = {"subscribers": count, "p50_ms": percentile(lags, 0.5), "p99_ms": percentile(lags, 0.99),
+                  "max_ms": lags[-1] if lags else None, "samples": len(lags), "missing": missing}
+        log(f"latency with {count} subscribers: p50 {result['p50_ms']:.1f} ms, "
+            f"p99 {result['p99_ms']:.1f} ms, {missing} missing")
+        return result
+
+
+def median(runs: list[dict], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def markdown(args, runs: list[dict], latency: list[dict]) -> str:
+    machine = ingest.machine_info(args.tmp_dir)
+    out = ["### Change streams (SUBSCRIBE)", "",
+           f"{args.rows:,} rows into a {args.groups:,}-group view; COPY chunks of {args.chunk:,}; "
+           f"medians of {args.repeat}; machine: {machine.get('cpu', '?')}, "
+           f"load average {os.getloadavg()[0]:.2f}.", "",
+           "| subscribers | view rows/s | ratio to 0 | server CPU-s | changes delivered/s (all) |",
+           "|---|---|---|---|---|"]
+    base = median([r for r in runs if r["subscribers"] == 0], "rows_per_s")
+    for count in sorted({r["subscribers"] for r in runs}):
+        mine = [r for r in runs if r["subscribers"] == count]
+        rate = median(mine, "rows_per_s")
+        changes = median(mine, "changes_per_s")
+        out.append(f"| {count} | {rate:,.0f} | {rate / base:.2f}x | {median(mine, 'cpu_seconds'):.1f} | "
+                   f"{'-' if changes is None else f'{changes:,.0f}'} |")
+    out += ["", f"Latency from an INSERT returning to its change arriving, 100 ms barriers, "
+            f"{args.load_rate:,} rows/s of background load, {args.samples} markers:", "",
+            "| subscribers | p50 ms | p99 ms | max ms | missing |", "|---|---|---|---|---|"]
+    for r in latency:
+        out.append(f"| {r['subscribers']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
+                   f"{r['max_ms']:.1f} | {r['missing']} |")
+    return "\n".join(out) + "\n"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--weir-bin", default=DEFAULT_WEIR_BIN)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--chunk", type=int, default=20_000)
+    p.add_argument("--groups", type=int, default=10_000)
+    p.add_argument("--subscribers", type=int, default=100)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--samples", type=int, default=200, help="latency markers")
+    p.add_argument("--load-rate", type=int, default=50_000, help="background rows/s in the latency runs")
+    p.add_argument("--phases", default="throughput,latency")
+    p.add_argument("--tmp-dir", default=tempfile.gettempdir())
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    phases = args.phases.split(",")
+    runs: list[dict] = []
+    latency: list[dict] = []
+    if "throughput" in phases:
+        for rep in range(args.repeat):
+            counts = [0, 1, args.subscribers]
+            for count in counts[rep % 3:] + counts[:rep % 3]:
+                runs.append(run_throughput(args, count, rep))
+    if "latency" in phases:
+        for count in (1, args.subscribers):
+            latency.append(run_latency(args, count))
+    print(markdown(args, runs, latency))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
