@@ -238,6 +238,7 @@ impl Subscription {
     ) -> Result<RecordBatch> {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         let mut commits = self.clock.watch(engine);
+        self.check_exists(engine)?;
         loop {
             if !self.ready.is_empty() {
                 return self.take(max);
@@ -278,8 +279,18 @@ impl Subscription {
         Ok(())
     }
 
+    /// A stream ends when its relation is dropped.
+    fn check_exists(&self, engine: &Engine) -> Result<()> {
+        let name = &self.table.def.name;
+        match engine.catalog.relation(name) {
+            Some(table) if table.def.id == self.table.def.id => Ok(()),
+            _ => Err(Error::UndefinedTable(name.clone())),
+        }
+    }
+
     /// Read what committed since the last read, into `ready`.
     fn poll(&mut self, engine: &Engine) -> Result<()> {
+        self.check_exists(engine)?;
         let view = engine.store.read_view();
         let committed = read_counter(&view, self.clock.key())?;
         let positions = match self.positions.take() {
