@@ -13,3 +13,9 @@ if ((${#missing[@]})); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# psycopg 3: the Python driver the driver tests and the benchmarks use.
+if ! python3 -c "import psycopg" >/dev/null 2>&1; then
+  echo "installing: psycopg (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]"
+fi

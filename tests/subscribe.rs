@@ -292,3 +292,23 @@ async fn a_reader_far_behind_catches_up_in_epoch_order() {
         "a reader far behind reads in bounded steps ({fetches})"
     );
 }
+
+#[test]
+fn psycopg_reads_cursors_and_copy_streams() {
+    let server = TestServer::start();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/psycopg_subscribe.py"
+    );
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(server.port.to_string())
+        .output()
+        .expect("python3 runs (scripts/install-deps.sh installs psycopg)");
+    assert!(
+        output.status.success(),
+        "psycopg check failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
