@@ -31,6 +31,17 @@ pub fn is_system(name: &str) -> bool {
 pub enum ObjectDef {
     Table(TableDef),
     MaterializedView(ViewDef),
+    View(LogicalViewDef),
+}
+
+/// A view (`CREATE VIEW`): a named query, planned again wherever it is used.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LogicalViewDef {
+    /// Name and columns (as the query yields them); nothing is stored.
+    pub table: TableDef,
+    pub query: String,
+    /// Ids of the tables and views the query reads.
+    pub depends_on: Vec<u64>,
 }
 
 /// A materialized view: its query and the table-like contents it maintains.
@@ -98,6 +109,7 @@ impl ObjectDef {
         match self {
             ObjectDef::Table(t) => t,
             ObjectDef::MaterializedView(v) => &v.table,
+            ObjectDef::View(v) => &v.table,
         }
     }
 
@@ -106,6 +118,7 @@ impl ObjectDef {
         match self {
             ObjectDef::Table(_) => Vec::new(),
             ObjectDef::MaterializedView(v) => v.depends_on.clone(),
+            ObjectDef::View(v) => v.depends_on.clone(),
         }
     }
 }
@@ -151,6 +164,15 @@ impl ObjectKind {
 pub enum Object {
     Table(Arc<Table>),
     MaterializedView(Arc<View>),
+    /// A logical view: its table holds the columns, never rows.
+    View(Arc<LogicalView>),
+}
+
+/// A logical view's definition and its columns as a table.
+#[derive(Debug)]
+pub struct LogicalView {
+    pub def: LogicalViewDef,
+    pub table: Arc<Table>,
 }
 
 /// A materialized view's definition and its contents as a table.
@@ -165,6 +187,7 @@ impl Object {
         match self {
             Object::Table(t) => ObjectDef::Table(t.def.clone()),
             Object::MaterializedView(v) => ObjectDef::MaterializedView(v.def.clone()),
+            Object::View(v) => ObjectDef::View(v.def.clone()),
         }
     }
 
@@ -172,6 +195,7 @@ impl Object {
         match self {
             Object::Table(_) => ObjectKind::Table,
             Object::MaterializedView(_) => ObjectKind::MaterializedView,
+            Object::View(_) => ObjectKind::View,
         }
     }
 
@@ -179,11 +203,13 @@ impl Object {
         self.table().def.id
     }
 
-    /// The stored rows: a table's, or a view's contents.
+    /// The stored rows: a table's, or a view's contents (a logical view's
+    /// columns, with no rows).
     pub fn table(&self) -> &Arc<Table> {
         match self {
             Object::Table(t) => t,
             Object::MaterializedView(v) => &v.table,
+            Object::View(v) => &v.table,
         }
     }
 }
@@ -269,19 +295,31 @@ impl Catalog {
     pub fn table(&self, name: &str) -> Option<Arc<Table>> {
         match self.get(name)? {
             Object::Table(t) => Some(t),
-            Object::MaterializedView(_) => None,
+            Object::MaterializedView(_) | Object::View(_) => None,
         }
     }
 
-    /// Anything that can be read like a table: tables and materialized views.
+    /// Anything stored that can be read like a table: tables and
+    /// materialized views (not logical views, which store nothing).
     pub fn relation(&self, name: &str) -> Option<Arc<Table>> {
-        self.get(name).map(|o| o.table().clone())
+        match self.get(name)? {
+            Object::View(_) => None,
+            stored => Some(stored.table().clone()),
+        }
     }
 
     pub fn view(&self, name: &str) -> Option<Arc<View>> {
         match self.get(name)? {
             Object::MaterializedView(v) => Some(v),
-            Object::Table(_) => None,
+            Object::Table(_) | Object::View(_) => None,
+        }
+    }
+
+    /// A logical view (`CREATE VIEW`) by name.
+    pub fn logical_view(&self, name: &str) -> Option<Arc<LogicalView>> {
+        match self.get(name)? {
+            Object::View(v) => Some(v),
+            Object::Table(_) | Object::MaterializedView(_) => None,
         }
     }
 
@@ -315,7 +353,9 @@ impl Catalog {
         }
         match self.create(ObjectDef::Table(make(self.allocate_id()?)))? {
             Object::Table(table) => Ok(table),
-            Object::MaterializedView(_) => Err(Error::Internal("a created table is a view".into())),
+            Object::MaterializedView(_) | Object::View(_) => {
+                Err(Error::Internal("a created table is a view".into()))
+            }
         }
     }
 
@@ -457,6 +497,10 @@ fn build(def: ObjectDef) -> Result<Object> {
         ObjectDef::MaterializedView(v) => {
             let table = Arc::new(Table::new(v.table.clone())?);
             Ok(Object::MaterializedView(Arc::new(View { def: v, table })))
+        }
+        ObjectDef::View(v) => {
+            let table = Arc::new(Table::new(v.table.clone())?);
+            Ok(Object::View(Arc::new(LogicalView { def: v, table })))
         }
     }
 }

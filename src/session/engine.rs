@@ -89,7 +89,7 @@ impl Engine {
             .into_iter()
             .filter_map(|o| match o {
                 crate::catalog::Object::MaterializedView(v) => Some(v),
-                crate::catalog::Object::Table(_) => None,
+                crate::catalog::Object::Table(_) | crate::catalog::Object::View(_) => None,
             })
             .collect();
         views.sort_by_key(|v| v.table.def.id);
@@ -125,9 +125,14 @@ fn session_context(
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
     let ctx = SessionContext::new_with_config(config);
     let databases = MemoryCatalogProvider::new();
-    let schema = WeirSchema::new(catalog.clone(), store.clone(), writer.clone());
+    let schema = Arc::new(WeirSchema::new(
+        catalog.clone(),
+        store.clone(),
+        writer.clone(),
+    ));
+    schema.plan_views_with(ctx.state_weak_ref());
     databases
-        .register_schema("public", Arc::new(schema))
+        .register_schema("public", schema)
         .map_err(Error::from)?;
     ctx.register_catalog(DATABASE, Arc::new(databases));
     let clock = clock.clone();

@@ -47,6 +47,8 @@ pub enum Statement {
     /// Statements planned by DataFusion: queries, INSERT, UPDATE, DELETE, EXPLAIN.
     Query(Box<ast::Statement>),
     CreateView(CreateView),
+    /// `CREATE VIEW name AS query`: a named query, inlined where used.
+    CreateLogicalView(CreateView),
     /// `EXPLAIN [(FORMAT DOT)] CREATE MATERIALIZED VIEW ...`: the dataflow graph.
     ExplainView {
         create: CreateView,
@@ -200,7 +202,16 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         ["DECLARE", ..] => cursor::declare(&tokens),
         ["FETCH", ..] => cursor::fetch(&tokens),
         ["CLOSE", ..] => cursor::close(&tokens),
-        ["CREATE", "SOURCE" | "SINK" | "VIEW", ..] | ["CREATE", "OR", "REPLACE", ..] => {
+        ["CREATE", "VIEW", ..] => {
+            let create = create_view(&tokens, 2)?;
+            if create.emit != EmitClause::Changes {
+                return Err(Error::Syntax(
+                    "EMIT belongs to materialized views; CREATE VIEW takes a plain query".into(),
+                ));
+            }
+            Ok(Statement::CreateLogicalView(create))
+        }
+        ["CREATE", "SOURCE" | "SINK", ..] | ["CREATE", "OR", "REPLACE", ..] => {
             Ok(Statement::Unsupported(format!(
                 "{} is not supported yet",
                 words[..w.len().min(3)].join(" ")

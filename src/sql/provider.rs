@@ -38,7 +38,12 @@ pub struct WeirSchema {
     catalog: Arc<Catalog>,
     store: Arc<Store>,
     writer: crate::state::writer::Writer,
+    /// The session state logical views are planned with, set once the
+    /// context that holds this schema exists.
+    planner: std::sync::OnceLock<Planner>,
 }
+
+type Planner = std::sync::Weak<parking_lot::RwLock<datafusion::execution::SessionState>>;
 
 impl WeirSchema {
     pub fn new(
@@ -50,7 +55,44 @@ impl WeirSchema {
             catalog,
             store,
             writer,
+            planner: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Where logical views get planned: the context this schema serves.
+    pub fn plan_views_with(&self, planner: Planner) {
+        let _ = self.planner.set(planner);
+    }
+
+    /// A logical view as DataFusion inlines it: its query planned now,
+    /// its columns named as the catalog names them.
+    async fn view_table(
+        &self,
+        view: &crate::catalog::LogicalView,
+    ) -> DfResult<Arc<dyn TableProvider>> {
+        let state = self
+            .planner
+            .get()
+            .and_then(std::sync::Weak::upgrade)
+            .map(|state| state.read().clone())
+            .ok_or_else(|| {
+                DataFusionError::Internal("views are planned without a session".into())
+            })?;
+        let plan = state.create_logical_plan(&view.def.query).await?;
+        let aliased: Vec<datafusion::prelude::Expr> = plan
+            .schema()
+            .columns()
+            .into_iter()
+            .zip(&view.def.table.columns)
+            .map(|(column, def)| datafusion::prelude::Expr::Column(column).alias(&def.name))
+            .collect();
+        let plan = datafusion::logical_expr::LogicalPlanBuilder::from(plan)
+            .project(aliased)?
+            .build()?;
+        let definition = Some(view.def.table.definition.clone());
+        Ok(Arc::new(datafusion::catalog::view::ViewTable::new(
+            plan, definition,
+        )))
     }
 }
 
@@ -66,6 +108,9 @@ impl SchemaProvider for WeirSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        if let Some(view) = self.catalog.logical_view(name) {
+            return self.view_table(&view).await.map(Some);
+        }
         Ok(self.catalog.relation(name).map(|table| {
             Arc::new(TableSource::new(
                 table,

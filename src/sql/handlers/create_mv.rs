@@ -25,15 +25,8 @@ pub async fn create(
     create: CreateView,
 ) -> Result<Output> {
     const TAG: &str = "CREATE MATERIALIZED VIEW";
-    if engine.catalog.get(&create.name).is_some() {
-        if create.if_not_exists {
-            session.notice(format!(
-                "relation \"{}\" already exists, skipping",
-                create.name
-            ));
-            return Ok(Output::command(TAG));
-        }
-        return Err(Error::DuplicateTable(create.name));
+    if name_taken(engine, session, &create)? {
+        return Ok(Output::command(TAG));
     }
     let retention = retention(&create.options)?;
     let plan = plan_query(engine, &create.query).await?;
@@ -59,6 +52,83 @@ pub async fn create(
     start(engine, &view).await?;
     backfill(engine, session, &view).await?;
     guard.view = None;
+    Ok(Output::command(TAG))
+}
+
+/// Whether the name is in use: with IF NOT EXISTS a notice, otherwise 42P07.
+fn name_taken(engine: &Engine, session: &mut Session, create: &CreateView) -> Result<bool> {
+    if engine.catalog.get(&create.name).is_none() {
+        return Ok(false);
+    }
+    if !create.if_not_exists {
+        return Err(Error::DuplicateTable(create.name.clone()));
+    }
+    session.notice(format!(
+        "relation \"{}\" already exists, skipping",
+        create.name
+    ));
+    Ok(true)
+}
+
+/// `CREATE VIEW`: the query is planned now, to check it and to learn its
+/// columns and what it reads, and again wherever the view is used.
+pub async fn create_logical(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    create: CreateView,
+) -> Result<Output> {
+    const TAG: &str = "CREATE VIEW";
+    if name_taken(engine, session, &create)? {
+        return Ok(Output::command(TAG));
+    }
+    if let Some((key, _)) = create.options.first() {
+        return Err(Error::InvalidParameter(format!(
+            "unrecognized view option \"{key}\"; CREATE VIEW takes no options"
+        )));
+    }
+    let state = engine.state();
+    let statement = ast::Statement::Query(create.query.clone());
+    let plan = state
+        .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+        .await?;
+    let mut depends_on = Vec::new();
+    // The planner inlines views it reads, under an alias of their name.
+    plan.apply_with_subqueries(|node| {
+        let object = match node {
+            LogicalPlan::TableScan(scan) => engine.catalog.get(scan.table_name.table()),
+            LogicalPlan::SubqueryAlias(alias) => engine
+                .catalog
+                .logical_view(alias.alias.table())
+                .map(crate::catalog::Object::View),
+            _ => None,
+        };
+        if let Some(object) = object {
+            depends_on.push(object.id());
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    depends_on.sort_unstable();
+    depends_on.dedup();
+    let table = TableDef {
+        id: engine.catalog.allocate_id()?,
+        name: create.name.clone(),
+        columns: columns(&plan)?,
+        primary_key: Vec::new(),
+        append_only: false,
+        watermark: None,
+        partitions: 1,
+        definition: create.text.clone(),
+        is_view: false,
+        multiset: false,
+        watermarked: false,
+    };
+    engine
+        .catalog
+        .create(ObjectDef::View(crate::catalog::LogicalViewDef {
+            table,
+            query: create.query.to_string(),
+            depends_on,
+        }))?;
     Ok(Output::command(TAG))
 }
 

@@ -88,6 +88,9 @@ pub async fn dispatch(
             Ok(output)
         }
         Statement::CreateView(create) => create_mv::create(engine, session, create).await,
+        Statement::CreateLogicalView(create) => {
+            create_mv::create_logical(engine, session, create).await
+        }
         Statement::ExplainView { create, dot } => create_mv::explain(engine, create, dot).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
@@ -149,6 +152,7 @@ pub async fn describe(
         | Statement::Transaction(_)
         | Statement::AdvanceClock(_)
         | Statement::CreateView(_)
+        | Statement::CreateLogicalView(_)
         | Statement::CopySubscribe(_)
         | Statement::Declare { .. }
         | Statement::Close(_)
