@@ -24,7 +24,7 @@ use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
 use crate::error::Error;
-use crate::session::subscribe::Subscription;
+use crate::session::subscribe::{Encoder, Subscription};
 use crate::session::{self, Engine, Metrics, Output, Session};
 use crate::sql::handlers;
 use crate::sql::parser::{self, Statement};
@@ -189,7 +189,7 @@ where
     let fields = Arc::new(arrow_schema_to_pg_fields(
         &schema,
         &Format::UnifiedText,
-        Some(options),
+        Some(options.clone()),
     )?);
     let columns = fields.len();
     client
@@ -199,26 +199,32 @@ where
             vec![0; columns],
         )))
         .await?;
-    loop {
-        let batch = subscription
-            .fetch(engine, COPY_ROWS, None)
-            .await
-            .map_err(to_pg_error)?;
+    let encode = |batch: datafusion::arrow::array::RecordBatch| -> crate::Result<bytes::Bytes> {
         let batch = super::text::timestamps_as_postgres(batch, &fields);
         let mut data = bytes::BytesMut::new();
         for row in encode_recordbatch(fields.clone(), batch) {
-            super::text::copy_text_line(&row?, &mut data);
+            let row = row.map_err(|e| Error::Internal(format!("encoding a change: {e}")))?;
+            super::text::copy_text_line(&row, &mut data);
         }
-        if !data.is_empty() {
+        Ok(data.freeze())
+    };
+    let encoder = Encoder {
+        format: format!("{options:?}"),
+        encode: &encode,
+    };
+    loop {
+        let pieces = subscription
+            .fetch_encoded(engine, &engine.streams, &encoder)
+            .await
+            .map_err(to_pg_error)?;
+        for piece in pieces.into_iter().filter(|p| !p.is_empty()) {
             client
-                .send(PgWireBackendMessage::CopyData(CopyData::new(data.freeze())))
+                .feed(PgWireBackendMessage::CopyData(CopyData::new(piece)))
                 .await?;
         }
+        client.flush().await?;
     }
 }
-
-/// Rows a change stream hands to one COPY data message at most.
-const COPY_ROWS: usize = 4096;
 
 /// Output formats for a client. Floats print as PostgreSQL prints them
 /// (`2`, not `2.0`) unless the client asks for `extra_float_digits` itself.

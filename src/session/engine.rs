@@ -34,6 +34,8 @@ pub struct Engine {
     pub clock: Arc<Clock>,
     pub runtime: Runtime,
     pub metrics: Metrics,
+    /// Changelog chunks encoded for COPY streams, shared between subscribers.
+    pub streams: super::subscribe::LineCache,
 }
 
 /// Counters exported on `/metrics`.
@@ -78,6 +80,7 @@ impl Engine {
             writer,
             ctx,
             metrics: Metrics::default(),
+            streams: Default::default(),
         }))
     }
 

@@ -13,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, new_null_array,
 };
@@ -66,6 +67,85 @@ pub enum Pace {
 /// Records a reader far behind reads at most (about) per poll, so that its
 /// memory stays bounded however far behind it is.
 const POLL_RECORDS: usize = 65_536;
+
+/// Rows a stream encodes into one piece at most.
+const ENCODE_ROWS: usize = 4096;
+
+/// Changelog chunks one shared read hands out at most.
+const SHARED_CHUNKS: usize = 16;
+
+/// Turns change rows into a client's wire text; `format` names the
+/// client's output settings, so that only alike clients share a piece.
+pub struct Encoder<'a> {
+    pub format: String,
+    pub encode: &'a (dyn Fn(RecordBatch) -> Result<Bytes> + Send + Sync),
+}
+
+/// A chunk of a topic encoded for clients with one format.
+type PieceKey = (u64, u64, usize, String);
+
+/// Encoded changelog chunks shared by the COPY streams of every session,
+/// the oldest dropped once they pass `capacity` bytes.
+pub struct LineCache {
+    inner: std::sync::Mutex<Pieces>,
+    capacity: usize,
+}
+
+impl Default for LineCache {
+    /// 64 MiB: many epochs of a busy view, for subscribers a little behind.
+    fn default() -> Self {
+        LineCache::with_capacity(64 << 20)
+    }
+}
+
+#[derive(Default)]
+struct Pieces {
+    map: HashMap<PieceKey, Bytes>,
+    order: VecDeque<PieceKey>,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for LineCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LineCache")
+    }
+}
+
+impl LineCache {
+    pub fn with_capacity(capacity: usize) -> LineCache {
+        LineCache {
+            inner: Default::default(),
+            capacity,
+        }
+    }
+
+    fn get(&self, key: &PieceKey) -> Option<Bytes> {
+        self.lock().map.get(key).cloned()
+    }
+
+    fn put(&self, key: PieceKey, piece: Bytes) -> Bytes {
+        let mut pieces = self.lock();
+        if pieces.map.contains_key(&key) {
+            return piece;
+        }
+        pieces.bytes += piece.len();
+        pieces.order.push_back(key.clone());
+        pieces.map.insert(key, piece.clone());
+        while pieces.bytes > self.capacity {
+            let Some(oldest) = pieces.order.pop_front() else {
+                break;
+            };
+            if let Some(dropped) = pieces.map.remove(&oldest) {
+                pieces.bytes -= dropped.len();
+            }
+        }
+        piece
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pieces> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// One chunk read from the topic, with its updates.
 struct Read {
@@ -267,6 +347,100 @@ impl Subscription {
                 None => changed.await.map_err(|_| Error::ShuttingDown)?,
             }
         }
+    }
+
+    /// For a COPY stream: the next changes as encoded text, at least one
+    /// piece. Subscribers that read a view's changes as they come share the
+    /// encoding of each changelog chunk through `cache`, so a hundred of
+    /// them cost about what one does; other streams encode their own.
+    pub async fn fetch_encoded(
+        &mut self,
+        engine: &Engine,
+        cache: &LineCache,
+        encoder: &Encoder<'_>,
+    ) -> Result<Vec<Bytes>> {
+        let mut commits = self.clock.watch(engine);
+        loop {
+            if !self.ready.is_empty() || !self.shareable() {
+                let batch = self.fetch(engine, ENCODE_ROWS, None).await?;
+                return Ok(vec![(encoder.encode)(batch)?]);
+            }
+            commits.borrow_and_update();
+            let pieces = tokio::task::block_in_place(|| self.read_shared(engine, cache, encoder))?;
+            if !pieces.is_empty() {
+                return Ok(pieces);
+            }
+            commits.changed().await.map_err(|_| Error::ShuttingDown)?;
+        }
+    }
+
+    /// Changes as they come from a view's one-partition changelog: these
+    /// can be encoded once per chunk for every subscriber.
+    fn shareable(&self) -> bool {
+        self.options.pace == Pace::Changes && self.partitions() == 1
+    }
+
+    /// Up to [`SHARED_CHUNKS`] chunks after the position, encoded (or found
+    /// encoded), then a progress row when one is due.
+    fn read_shared(
+        &mut self,
+        engine: &Engine,
+        cache: &LineCache,
+        encoder: &Encoder<'_>,
+    ) -> Result<Vec<Bytes>> {
+        self.check_exists(engine)?;
+        let view = engine.store.read_view();
+        let committed = read_counter(&view, self.clock.key())?;
+        let topic = self.table.def.topic();
+        let from = self
+            .positions
+            .as_ref()
+            .and_then(|p| p.first().copied())
+            .unwrap_or(0);
+        let mut next = from;
+        let mut pieces = Vec::new();
+        let mut failed = None;
+        embedded::read_partition(&view, topic, 0, from, |base, chunk| {
+            let stamp = chunk.stamp.unwrap_or_default();
+            if stamp.compacted {
+                return Err(self.fell_behind(stamp.epoch));
+            }
+            next = base + chunk.entries.len() as u64;
+            if chunk.entries.is_empty() {
+                return Ok(true);
+            }
+            self.delivered = self.delivered.max(stamp.epoch);
+            let key = (topic, base, chunk.entries.len(), encoder.format.clone());
+            let piece = match cache.get(&key) {
+                Some(piece) => piece,
+                None => {
+                    let mut updates = Vec::with_capacity(chunk.entries.len());
+                    push_chunk(&chunk, &mut updates);
+                    let encoded = self
+                        .changes_batch(&updates.iter().collect::<Vec<_>>())
+                        .and_then(|batch| (encoder.encode)(batch));
+                    match encoded {
+                        Ok(piece) => cache.put(key, piece),
+                        Err(e) => {
+                            failed = Some(e);
+                            return Ok(false);
+                        }
+                    }
+                }
+            };
+            pieces.push(piece);
+            Ok(pieces.len() < SHARED_CHUNKS)
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        self.positions = Some(vec![next]);
+        let caught_up = pieces.len() < SHARED_CHUNKS;
+        if self.options.progress && committed > self.delivered && caught_up {
+            pieces.push((encoder.encode)(self.progress_batch(committed)?)?);
+            self.delivered = committed;
+        }
+        Ok(pieces)
     }
 
     /// Fix where the stream starts, now: read the snapshot (queued for the
@@ -648,5 +822,17 @@ mod tests {
         assert_eq!(held.order, vec![b"c".to_vec()]);
         assert_eq!(held.release(|_| false), vec![(1, b"c".to_vec())]);
         assert!(held.is_empty());
+    }
+
+    #[test]
+    fn the_line_cache_drops_its_oldest_pieces_past_its_capacity() {
+        let cache = LineCache::with_capacity(10);
+        let key = |base: u64| (7, base, 1, String::new());
+        cache.put(key(0), Bytes::from_static(b"aaaa"));
+        cache.put(key(1), Bytes::from_static(b"bbbb"));
+        assert_eq!(cache.get(&key(0)), Some(Bytes::from_static(b"aaaa")));
+        cache.put(key(2), Bytes::from_static(b"cccc"));
+        assert_eq!(cache.get(&key(0)), None, "the oldest went");
+        assert_eq!(cache.get(&key(2)), Some(Bytes::from_static(b"cccc")));
     }
 }
