@@ -99,6 +99,26 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk<'_>> {
         entries.push(ChunkEntry { diff, row });
         at = start + len;
     }
+    let (watermark, stamp) = trailer(bytes, at)?;
+    Ok(Chunk {
+        entries,
+        watermark,
+        stamp,
+    })
+}
+
+/// A chunk's record count and stamp, found without decoding its records.
+pub fn chunk_head(bytes: &[u8]) -> Result<(u64, Option<Stamp>)> {
+    let count = chunk_len(bytes)?;
+    let mut at = 4;
+    for _ in 0..count {
+        at += 12 + u32::from_le_bytes(take::<4>(bytes, at + 8)?) as usize;
+    }
+    Ok((count, trailer(bytes, at)?.1))
+}
+
+/// The watermark and stamp that follow a chunk's records at `at`.
+fn trailer(bytes: &[u8], mut at: usize) -> Result<(Option<i64>, Option<Stamp>)> {
     let watermark = match bytes.get(at) {
         Some(&WATERMARK_TAG) => {
             at += 9;
@@ -114,11 +134,30 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk<'_>> {
         }),
         _ => None,
     };
-    Ok(Chunk {
-        entries,
-        watermark,
-        stamp,
-    })
+    Ok((watermark, stamp))
+}
+
+/// The chunks of a partition that start at or after `from`, undecoded:
+/// base offset, record count, stamp and the stored bytes.
+pub fn read_raw(
+    view: &ReadView,
+    topic: u64,
+    partition: u32,
+    from: u64,
+    mut visit: impl FnMut(u64, u64, Option<Stamp>, &[u8]) -> Result<bool>,
+) -> Result<()> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let upper = keys::prefix_end(&prefix);
+    view.scan(
+        CF_LOG,
+        keys::log_key(topic, partition, from),
+        upper,
+        |key, value| {
+            let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
+            let (count, stamp) = chunk_head(value)?;
+            visit(base, count, stamp, value)
+        },
+    )
 }
 
 fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N]> {
@@ -395,10 +434,9 @@ mod tests {
             time: 12,
             compacted: true,
         };
-        let stamped = decode_chunk(&encode_chunk([(1, &b"x"[..])], Some(3), Some(stamp)))
-            .expect("decode")
-            .stamp;
-        assert_eq!(stamped, Some(stamp));
+        let encoded = encode_chunk([(1, &b"x"[..]), (-1, &b"yz"[..])], Some(3), Some(stamp));
+        assert_eq!(decode_chunk(&encoded).expect("decode").stamp, Some(stamp));
+        assert_eq!(chunk_head(&encoded).expect("head"), (2, Some(stamp)));
         let unmarked = encode_chunk(std::iter::empty(), None, Some(stamp));
         assert_eq!(decode_chunk(&unmarked).expect("decode").stamp, Some(stamp));
         assert_eq!(chunk.entries[1], ChunkEntry { diff: -1, row: b"" });

@@ -400,25 +400,28 @@ impl Subscription {
         let mut next = from;
         let mut pieces = Vec::new();
         let mut failed = None;
-        embedded::read_partition(&view, topic, 0, from, |base, chunk| {
-            let stamp = chunk.stamp.unwrap_or_default();
+        // Positions sit where chunks begin: a chunk is read whole, and its
+        // records are decoded only when no other subscriber encoded it yet.
+        embedded::read_raw(&view, topic, 0, from, |base, count, stamp, bytes| {
+            let stamp = stamp.unwrap_or_default();
             if stamp.compacted {
                 return Err(self.fell_behind(stamp.epoch));
             }
-            next = base + chunk.entries.len() as u64;
-            if chunk.entries.is_empty() {
+            next = base + count;
+            if count == 0 {
                 return Ok(true);
             }
             self.delivered = self.delivered.max(stamp.epoch);
-            let key = (topic, base, chunk.entries.len(), encoder.format.clone());
+            let key = (topic, base, count as usize, encoder.format.clone());
             let piece = match cache.get(&key) {
                 Some(piece) => piece,
                 None => {
-                    let mut updates = Vec::with_capacity(chunk.entries.len());
-                    push_chunk(&chunk, &mut updates);
-                    let encoded = self
-                        .changes_batch(&updates.iter().collect::<Vec<_>>())
-                        .and_then(|batch| (encoder.encode)(batch));
+                    let encoded = embedded::decode_chunk(bytes).and_then(|chunk| {
+                        let mut updates = Vec::with_capacity(chunk.entries.len());
+                        push_chunk(&chunk, &mut updates);
+                        let batch = self.changes_batch(&updates.iter().collect::<Vec<_>>())?;
+                        (encoder.encode)(batch)
+                    });
                     match encoded {
                         Ok(piece) => cache.put(key, piece),
                         Err(e) => {
