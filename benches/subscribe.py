@@ -15,10 +15,11 @@ so that every epoch retracts and re-inserts thousands of groups.
               own connection, `COPY (SUBSCRIBE busy WITH (snapshot = false))
               TO STDOUT`, counting the lines it receives), --rows rows are
               loaded with COPY and a FLUSH waits for the view. Reported per
-              subscriber count: view rows/s (load start to FLUSH), server
-              CPU-seconds, and changes delivered per second (all
-              subscribers together, up to the last change arriving). The
-              counts alternate run by run (--repeat runs each; medians).
+              subscriber count: view rows/s (load start to FLUSH), the
+              server's CPU-seconds up to the FLUSH and up to the last change
+              delivered (what the subscribers really cost), and changes
+              delivered per second (all subscribers together, up to the
+              last change arriving). The counts alternate run by run (--repeat runs each; medians).
               Each subscriber's changes are checked to consolidate to the
               view's final contents.
 
@@ -189,10 +190,12 @@ def run_throughput(args, count: int, rep: int) -> dict:
         seconds, cpu_s = time.monotonic() - t0, server.cpu_seconds() - cpu0
         expected = view_contents(conn)
         wait_delivered(subs, expected, 300)
+        delivered_cpu_s = server.cpu_seconds() - cpu0
         delivered = sum(sub.lines for sub in subs)
         last = max((sub.last_arrival for sub in subs), default=t0)
         stop_all(subs)
         run = {"subscribers": count, "rep": rep, "seconds": seconds, "cpu_seconds": cpu_s,
+               "delivered_cpu_seconds": delivered_cpu_s,
                "rows_per_s": args.rows / seconds, "changes": delivered,
                "changes_per_s": delivered / (last - t0) if delivered else None}
         log(f"{count} subscribers, run {rep}: {run['rows_per_s']:,.0f} rows/s, "
@@ -255,14 +258,16 @@ def markdown(args, runs: list[dict], latency: list[dict]) -> str:
            f"{args.rows:,} rows into a {args.groups:,}-group view; COPY chunks of {args.chunk:,}; "
            f"medians of {args.repeat}; machine: {machine.get('cpu', '?')}, "
            f"load average {os.getloadavg()[0]:.2f}.", "",
-           "| subscribers | view rows/s | ratio to 0 | server CPU-s | changes delivered/s (all) |",
-           "|---|---|---|---|---|"]
+           "| subscribers | view rows/s | ratio to 0 | server CPU-s to FLUSH | server CPU-s until delivered "
+           "| changes delivered/s (all) |",
+           "|---|---|---|---|---|---|"]
     base = median([r for r in runs if r["subscribers"] == 0], "rows_per_s")
     for count in sorted({r["subscribers"] for r in runs}):
         mine = [r for r in runs if r["subscribers"] == count]
         rate = median(mine, "rows_per_s")
         changes = median(mine, "changes_per_s")
         out.append(f"| {count} | {rate:,.0f} | {rate / base:.2f}x | {median(mine, 'cpu_seconds'):.1f} | "
+                   f"{median(mine, 'delivered_cpu_seconds'):.1f} | "
                    f"{'-' if changes is None else f'{changes:,.0f}'} |")
     out += ["", f"Latency from an INSERT returning to its change arriving, 100 ms barriers, "
             f"{args.load_rate:,} rows/s of background load, {args.samples} markers:", "",
