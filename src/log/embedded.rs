@@ -109,12 +109,20 @@ pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk<'_>> {
 
 /// A chunk's record count and stamp, found without decoding its records.
 pub fn chunk_head(bytes: &[u8]) -> Result<(u64, Option<Stamp>)> {
+    let (count, _, stamp) = head(bytes)?;
+    Ok((count, stamp))
+}
+
+/// A chunk's record count, watermark and stamp: its records are skipped
+/// by their lengths, never decoded.
+fn head(bytes: &[u8]) -> Result<(u64, Option<i64>, Option<Stamp>)> {
     let count = chunk_len(bytes)?;
     let mut at = 4;
     for _ in 0..count {
         at += 12 + u32::from_le_bytes(take::<4>(bytes, at + 8)?) as usize;
     }
-    Ok((count, trailer(bytes, at)?.1))
+    let (watermark, stamp) = trailer(bytes, at)?;
+    Ok((count, watermark, stamp))
 }
 
 /// The watermark and stamp that follow a chunk's records at `at`.
@@ -221,10 +229,10 @@ pub fn tail(view: &ReadView, topic: u64, partition: u32) -> Result<Tail> {
         return Ok(Tail::default());
     };
     let base = keys::log_key_offset(&key).ok_or_else(corrupt)?;
-    let chunk = decode_chunk(&value)?;
+    let (count, watermark, _) = head(&value)?;
     Ok(Tail {
-        end: base + chunk.entries.len() as u64,
-        watermark: chunk.watermark,
+        end: base + count,
+        watermark,
     })
 }
 
@@ -241,8 +249,8 @@ fn chunk_at(
         return Ok(None);
     };
     let base = keys::log_key_offset(&key).ok_or_else(corrupt)?;
-    let chunk = decode_chunk(&value)?;
-    Ok(Some((base, base + chunk.entries.len() as u64, chunk.stamp)))
+    let (count, stamp) = chunk_head(&value)?;
+    Ok(Some((base, base + count, stamp)))
 }
 
 /// The first offset of a partition written after `epoch` (stamps never go
@@ -264,7 +272,7 @@ pub fn after_epoch(
         keys::prefix_end(&prefix),
         |key, value| {
             lower = keys::log_key_offset(key).ok_or_else(corrupt)?;
-            first_chunk = Some(decode_chunk(value)?.stamp);
+            first_chunk = Some(chunk_head(value)?.1);
             Ok(false)
         },
     )?;

@@ -193,8 +193,8 @@ pub struct Subscription {
     schema: SchemaRef,
     clock: Clock,
     options: Options,
-    /// Next offset to read, per partition; `None` until the start is read.
-    positions: Option<Vec<u64>>,
+    /// Next offset to read, per partition.
+    positions: Vec<u64>,
     /// The highest epoch handed out (or known finished) so far.
     delivered: u64,
     ready: VecDeque<Update>,
@@ -212,6 +212,9 @@ struct Held {
     due: Option<i64>,
     /// `EMIT ON WINDOW CLOSE`: the relation's event-time watermark.
     watermark: Option<i64>,
+    /// `EMIT ON WINDOW CLOSE`: each held row's window end (microseconds),
+    /// read once when the row is first held.
+    ends: HashMap<Vec<u8>, i64>,
 }
 
 impl Held {
@@ -274,7 +277,9 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    pub fn new(table: Arc<Table>, options: Options) -> Result<Subscription> {
+    /// A stream that starts now: its snapshot is read (and queued for the
+    /// first fetch), or the first change after the `AS OF` epoch found.
+    pub fn open(engine: &Engine, table: Arc<Table>, options: Options) -> Result<Subscription> {
         if options.pace == Pace::OnWindowClose {
             window_end_column(&table)?;
         }
@@ -283,17 +288,22 @@ impl Subscription {
         } else {
             Clock::Writes
         };
-        Ok(Subscription {
+        let mut subscription = Subscription {
             schema: output_schema(&table),
             table,
             clock,
             options,
-            positions: None,
+            positions: Vec::new(),
             delivered: 0,
             ready: VecDeque::new(),
             held: Held::default(),
             behind: false,
-        })
+        };
+        let view = engine.store.read_view();
+        let committed = read_counter(&view, clock.key())?;
+        subscription.positions =
+            tokio::task::block_in_place(|| subscription.start(&view, committed))?;
+        Ok(subscription)
     }
 
     pub fn schema(&self) -> &SchemaRef {
@@ -392,11 +402,7 @@ impl Subscription {
         let view = engine.store.read_view();
         let committed = read_counter(&view, self.clock.key())?;
         let topic = self.table.def.topic();
-        let from = self
-            .positions
-            .as_ref()
-            .and_then(|p| p.first().copied())
-            .unwrap_or(0);
+        let from = self.positions.first().copied().unwrap_or(0);
         let mut next = from;
         let mut pieces = Vec::new();
         let mut failed = None;
@@ -437,23 +443,13 @@ impl Subscription {
         if let Some(e) = failed {
             return Err(e);
         }
-        self.positions = Some(vec![next]);
+        self.positions = vec![next];
         let caught_up = pieces.len() < SHARED_CHUNKS;
         if self.options.progress && committed > self.delivered && caught_up {
             pieces.push((encoder.encode)(self.progress_batch(committed)?)?);
             self.delivered = committed;
         }
         Ok(pieces)
-    }
-
-    /// Fix where the stream starts, now: read the snapshot (queued for the
-    /// first fetch), or find the first change after the `AS OF` epoch.
-    pub fn attach(&mut self, engine: &Engine) -> Result<()> {
-        let view = engine.store.read_view();
-        let committed = read_counter(&view, self.clock.key())?;
-        let positions = tokio::task::block_in_place(|| self.start(&view, committed))?;
-        self.positions = Some(positions);
-        Ok(())
     }
 
     /// A stream ends when its relation is dropped.
@@ -470,12 +466,9 @@ impl Subscription {
         self.check_exists(engine)?;
         let view = engine.store.read_view();
         let committed = read_counter(&view, self.clock.key())?;
-        let positions = match self.positions.take() {
-            Some(positions) => positions,
-            None => self.start(&view, committed)?,
-        };
+        let positions = std::mem::take(&mut self.positions);
         let (updates, positions) = self.read_topic(&view, positions)?;
-        self.positions = Some(positions);
+        self.positions = positions;
         let before = self.ready.len();
         self.pace(updates, committed, Some(engine));
         let newest = self.ready.iter().skip(before).map(|u| u.epoch).max();
@@ -659,6 +652,14 @@ impl Subscription {
                 }
             }
             Pace::OnWindowClose => {
+                let fresh: Vec<&[u8]> = updates
+                    .iter()
+                    .filter_map(|u| u.change.as_ref())
+                    .map(|(_, row)| row.as_slice())
+                    .filter(|row| !self.held.ends.contains_key(*row))
+                    .collect();
+                let ends = self.window_ends(&fresh);
+                self.held.ends.extend(ends);
                 for update in updates {
                     if let Some((diff, row)) = update.change {
                         self.held.add(diff, row);
@@ -667,10 +668,12 @@ impl Subscription {
                 let Some(watermark) = self.held.watermark else {
                     return;
                 };
-                let ends = self.window_ends();
+                let mut ends = std::mem::take(&mut self.held.ends);
                 self.release(committed, |row| {
                     ends.get(row).is_none_or(|end| *end > watermark)
                 });
+                ends.retain(|row, _| self.held.sums.contains_key(row));
+                self.held.ends = ends;
             }
         }
     }
@@ -684,15 +687,12 @@ impl Subscription {
         }
     }
 
-    /// Each held row's window end, in microseconds.
-    fn window_ends(&self) -> HashMap<Vec<u8>, i64> {
+    /// The window end of each row, in microseconds.
+    fn window_ends(&self, rows: &[&[u8]]) -> HashMap<Vec<u8>, i64> {
         let Ok(column) = window_end_column(&self.table) else {
             return HashMap::new();
         };
-        let decoded = self
-            .table
-            .codec
-            .decode(self.held.order.iter().map(Vec::as_slice));
+        let decoded = self.table.codec.decode(rows.iter().copied());
         let Ok(batch) = decoded else {
             return HashMap::new();
         };
@@ -705,12 +705,10 @@ impl Subscription {
             return HashMap::new();
         };
         let micros = micros.as_primitive::<datafusion::arrow::datatypes::Int64Type>();
-        self.held
-            .order
-            .iter()
+        rows.iter()
             .enumerate()
             .filter(|(i, _)| micros.is_valid(*i))
-            .map(|(i, row)| (row.clone(), micros.value(i)))
+            .map(|(i, row)| (row.to_vec(), micros.value(i)))
             .collect()
     }
 

@@ -83,9 +83,7 @@ pub async fn open(engine: &Arc<Engine>, subscribe: &Subscribe) -> Result<Subscri
             .await?,
         ),
     };
-    let mut subscription = Subscription::new(table, options)?;
-    subscription.attach(engine)?;
-    Ok(subscription)
+    Subscription::open(engine, table, options)
 }
 
 fn relation(engine: &Engine, name: &str) -> Result<Arc<Table>> {
@@ -173,8 +171,7 @@ fn subscription_cursor(engine: &Arc<Engine>, name: &str, since: Since) -> Result
         ..Options::default()
     };
     let schema = risingwave_schema(&table);
-    let mut subscription = Subscription::new(table, options)?;
-    subscription.attach(engine)?;
+    let subscription = Subscription::open(engine, table, options)?;
     Ok(Cursor::Subscription(Box::new(subscription), schema))
 }
 
