@@ -62,6 +62,9 @@ pub enum Error {
     DuplicateCursor(String),
     #[error("{0}")]
     NoActiveTransaction(String),
+    /// An outside system (a Kafka broker) could not be reached.
+    #[error("{0}")]
+    ConnectionFailure(String),
     #[error("could not serialize access due to concurrent update")]
     SerializationFailure,
     #[error("canceling statement due to user request")]
@@ -152,6 +155,7 @@ impl Error {
             Error::UndefinedCursor(_) => "34000",
             Error::DuplicateCursor(_) => "42P03",
             Error::NoActiveTransaction(_) => "25P01",
+            Error::ConnectionFailure(_) => "08001",
             Error::SerializationFailure => "40001",
             Error::Canceled => "57014",
             Error::ShuttingDown => "57P01",

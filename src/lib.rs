@@ -28,6 +28,7 @@
 
 pub mod catalog;
 pub mod config;
+pub mod connector;
 pub mod dataflow;
 pub mod error;
 pub mod log;

@@ -369,21 +369,7 @@ async fn a_client_that_vanishes_mid_copy_applies_nothing() {
 }
 
 async fn rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    let mut out: Vec<String> = client
-        .simple_query(sql)
-        .await
-        .expect("query")
-        .into_iter()
-        .filter_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => Some(
-                (0..row.len())
-                    .map(|i| row.get(i).unwrap_or("NULL").to_string())
-                    .collect::<Vec<_>>()
-                    .join("|"),
-            ),
-            _ => None,
-        })
-        .collect();
+    let mut out = common::text_rows(client, sql).await;
     out.sort();
     out
 }

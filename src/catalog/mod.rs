@@ -3,6 +3,7 @@
 //! Definitions are persisted as JSON in the `catalog` column family, written
 //! synchronously before a DDL statement returns, and loaded at startup.
 
+mod connector;
 mod table;
 
 use std::collections::BTreeMap;
@@ -14,15 +15,19 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
+pub use connector::{CONNECTORS, ConnectorDef, Include, Metadata, SinkDef};
 pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr};
 
 /// The system table of late rows (see `dataflow::late`).
 pub const LATE_EVENTS: &str = "late_events";
 
+/// The system table of messages a source could not read (see `connector`).
+pub const SOURCE_ERRORS: &str = "source_errors";
+
 /// Tables weir keeps for itself: queryable, but left out of listings and
 /// closed to writes and DROP.
 pub fn is_system(name: &str) -> bool {
-    name == LATE_EVENTS
+    name == LATE_EVENTS || name == SOURCE_ERRORS
 }
 
 /// A persisted catalog object.
@@ -60,6 +65,9 @@ pub struct ViewDef {
     /// microseconds; older ones are compacted into one snapshot.
     #[serde(default = "default_retention")]
     pub retention: i64,
+    /// It never retracts a row it emitted (so a plain sink can carry it).
+    #[serde(default)]
+    pub append_only: bool,
 }
 
 /// One hour, in microseconds.
@@ -193,6 +201,7 @@ impl Object {
 
     pub fn kind(&self) -> ObjectKind {
         match self {
+            Object::Table(t) if t.def.is_source() => ObjectKind::Source,
             Object::Table(_) => ObjectKind::Table,
             Object::MaterializedView(_) => ObjectKind::MaterializedView,
             Object::View(_) => ObjectKind::View,
@@ -232,6 +241,7 @@ impl std::fmt::Debug for Catalog {
 struct Inner {
     by_name: BTreeMap<String, Object>,
     subscriptions: BTreeMap<String, SubscriptionDef>,
+    sinks: BTreeMap<String, SinkDef>,
     next_id: u64,
 }
 
@@ -241,6 +251,13 @@ fn subscription_key(name: &str) -> Vec<u8> {
 }
 
 const SUBSCRIPTION_PREFIX: &[u8] = b"sub\x00";
+
+/// Where a sink's definition is kept in the catalog family.
+fn sink_key(name: &str) -> Vec<u8> {
+    [SINK_PREFIX, name.as_bytes()].concat()
+}
+
+const SINK_PREFIX: &[u8] = b"sink\x00";
 
 impl Catalog {
     /// Load every persisted object.
@@ -280,6 +297,15 @@ impl Catalog {
             let def: SubscriptionDef = serde_json::from_slice(&value)
                 .map_err(|e| Error::Internal(format!("unreadable subscription entry: {e}")))?;
             inner.subscriptions.insert(def.name.clone(), def);
+        }
+        for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), SINK_PREFIX) {
+            let (key, value) = entry?;
+            if !key.starts_with(SINK_PREFIX) {
+                break;
+            }
+            let def: SinkDef = serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable sink entry: {e}")))?;
+            inner.sinks.insert(def.name.clone(), def);
         }
         Ok(Catalog {
             db,
@@ -321,6 +347,11 @@ impl Catalog {
             Object::View(v) => Some(v),
             Object::Table(_) | Object::MaterializedView(_) => None,
         }
+    }
+
+    /// The object with this id.
+    pub fn by_id(&self, id: u64) -> Option<Object> {
+        self.read().by_name.values().find(|o| o.id() == id).cloned()
     }
 
     /// Every object, in name order.
@@ -419,6 +450,60 @@ impl Catalog {
         Ok(())
     }
 
+    pub fn sink(&self, name: &str) -> Option<SinkDef> {
+        self.read().sinks.get(name).cloned()
+    }
+
+    /// Every sink, in name order.
+    pub fn sinks(&self) -> Vec<SinkDef> {
+        self.read().sinks.values().cloned().collect()
+    }
+
+    /// Add a sink; its name must be free among sinks.
+    pub fn create_sink(&self, def: SinkDef) -> Result<()> {
+        let mut inner = self.write();
+        if inner.sinks.contains_key(&def.name) {
+            return Err(Error::DuplicateObject(format!(
+                "sink \"{}\" already exists",
+                def.name
+            )));
+        }
+        let json = serde_json::to_vec(&def)
+            .map_err(|e| Error::Internal(format!("cannot serialise sink: {e}")))?;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            sink_key(&def.name),
+            json,
+            &sync_write(),
+        )?;
+        inner.sinks.insert(def.name.clone(), def);
+        Ok(())
+    }
+
+    /// Remove a sink and its progress.
+    pub fn drop_sink(&self, name: &str) -> Result<()> {
+        let mut inner = self.write();
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(cf(&self.db, CF_CATALOG), sink_key(name));
+        if let Some(sink) = inner.sinks.get(name) {
+            let prefix = keys::table_prefix(sink.id);
+            batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &keys::prefix_end(&prefix));
+        }
+        self.db.write_opt(batch, &sync_write())?;
+        inner.sinks.remove(name);
+        Ok(())
+    }
+
+    /// Names of the sinks that read `id`.
+    pub fn sinks_of(&self, id: u64) -> Vec<String> {
+        self.read()
+            .sinks
+            .values()
+            .filter(|s| s.from == id)
+            .map(|s| s.name.clone())
+            .collect()
+    }
+
     /// Names of the subscriptions that read `id`.
     pub fn subscriptions_of(&self, id: u64) -> Vec<String> {
         self.read()
@@ -464,12 +549,26 @@ impl Catalog {
         for name in &orphans {
             batch.delete_cf(cf(&self.db, CF_CATALOG), subscription_key(name));
         }
+        let orphan_sinks: Vec<SinkDef> = inner
+            .sinks
+            .values()
+            .filter(|s| ids.contains(&s.from))
+            .cloned()
+            .collect();
+        for sink in &orphan_sinks {
+            batch.delete_cf(cf(&self.db, CF_CATALOG), sink_key(&sink.name));
+            let prefix = keys::table_prefix(sink.id);
+            batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &keys::prefix_end(&prefix));
+        }
         self.db.write_opt(batch, &sync_write())?;
         for object in objects {
             inner.by_name.remove(&object_name(object));
         }
         for name in orphans {
             inner.subscriptions.remove(&name);
+        }
+        for sink in orphan_sinks {
+            inner.sinks.remove(&sink.name);
         }
         Ok(())
     }

@@ -38,6 +38,9 @@ pub struct TableDef {
     /// A view whose changelog carries the watermark of what it reads.
     #[serde(default)]
     pub watermarked: bool,
+    /// What feeds it from outside: a source, or a table with a connector.
+    #[serde(default)]
+    pub connector: Option<super::ConnectorDef>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -66,6 +69,11 @@ impl TableDef {
     /// Whether event time advances in this relation's topic.
     pub fn has_watermark(&self) -> bool {
         self.watermark.is_some() || self.watermarked
+    }
+
+    /// Made by CREATE SOURCE: fed only by its connector.
+    pub fn is_source(&self) -> bool {
+        self.connector.as_ref().is_some_and(|c| c.source)
     }
 
     pub fn is_keyed(&self) -> bool {

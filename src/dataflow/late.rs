@@ -46,6 +46,7 @@ pub fn definition(id: u64) -> TableDef {
         is_view: false,
         multiset: false,
         watermarked: false,
+        connector: None,
     }
 }
 

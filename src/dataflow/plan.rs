@@ -56,6 +56,8 @@ pub struct ViewShape {
     pub depends_on: Vec<u64>,
     /// Some input has event time, so the view's changelog carries watermarks.
     pub watermarked: bool,
+    /// The view never retracts a row it emitted.
+    pub append_only: bool,
 }
 
 impl<'a> Planner<'a> {
@@ -89,6 +91,7 @@ impl<'a> Planner<'a> {
             key: unique_key(plan),
             depends_on,
             watermarked: planner.sources.iter().any(|s| s.table.def.has_watermark()),
+            append_only: emit == Emit::OnWindowClose || planner.is_append_only(plan),
         })
     }
 

@@ -36,6 +36,8 @@ pub struct Engine {
     pub metrics: Metrics,
     /// Changelog chunks encoded for COPY streams, shared between subscribers.
     pub streams: super::subscribe::LineCache,
+    /// The tasks of sources and sinks.
+    pub connectors: crate::connector::Connectors,
 }
 
 /// Counters exported on `/metrics`.
@@ -62,6 +64,10 @@ impl Engine {
         let clock = Arc::new(Clock::new(config.manual_clock));
         let ctx = session_context(&catalog, &store, &writer, &clock)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
+        catalog.ensure_table(
+            crate::catalog::SOURCE_ERRORS,
+            crate::connector::errors::definition,
+        )?;
         let now_clock = clock.clone();
         let settings = Settings {
             barrier_interval: config.barrier_interval,
@@ -81,10 +87,12 @@ impl Engine {
             ctx,
             metrics: Metrics::default(),
             streams: Default::default(),
+            connectors: Default::default(),
         }))
     }
 
-    /// Start the dataflows of every materialized view, in creation order.
+    /// Start the dataflows of every materialized view, in creation order,
+    /// then every source and sink.
     pub async fn start_views(self: &Arc<Self>) -> Result<()> {
         let mut views: Vec<_> = self
             .catalog
@@ -99,7 +107,21 @@ impl Engine {
         for view in views {
             crate::sql::handlers::create_mv::start(self, &view).await?;
         }
+        self.start_connectors();
         Ok(())
+    }
+
+    fn start_connectors(self: &Arc<Self>) {
+        for object in self.catalog.objects() {
+            if let crate::catalog::Object::Table(table) = object
+                && table.def.connector.is_some()
+            {
+                self.connectors.start_source(self, table);
+            }
+        }
+        for sink in self.catalog.sinks() {
+            self.connectors.start_sink(self, sink, None);
+        }
     }
 
     /// A DataFusion state for one statement; `now()` is the engine clock's time.

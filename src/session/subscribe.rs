@@ -310,6 +310,12 @@ impl Subscription {
         &self.schema
     }
 
+    /// Everything committed so far has been handed out: the last epoch
+    /// fetched is complete.
+    pub fn caught_up(&self) -> bool {
+        self.ready.is_empty() && !self.behind && self.held.is_empty()
+    }
+
     /// A view keeps its changelog in one partition.
     fn partitions(&self) -> u32 {
         match self.table.def.is_view {

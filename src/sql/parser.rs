@@ -12,8 +12,10 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use crate::catalog::ObjectKind;
 use crate::error::{Error, Result};
 
+mod connector;
 mod cursor;
 
+pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
 
 /// One parsed statement.
@@ -71,6 +73,8 @@ pub enum Statement {
         retention: Option<String>,
         if_not_exists: bool,
     },
+    /// `CREATE SINK s FROM v WITH (connector = ...) FORMAT ... ENCODE ...`.
+    CreateSink(CreateSink),
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -85,6 +89,8 @@ pub struct CreateTable {
     pub if_not_exists: bool,
     /// The statement as the user wrote it.
     pub text: String,
+    /// What feeds it from outside (`CREATE SOURCE`, `CREATE TABLE ... WITH (connector = ...)`).
+    pub connector: Option<crate::catalog::ConnectorDef>,
 }
 
 #[derive(Debug, Clone)]
@@ -211,12 +217,12 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
             }
             Ok(Statement::CreateLogicalView(create))
         }
-        ["CREATE", "SOURCE" | "SINK", ..] | ["CREATE", "OR", "REPLACE", ..] => {
-            Ok(Statement::Unsupported(format!(
-                "{} is not supported yet",
-                words[..w.len().min(3)].join(" ")
-            )))
-        }
+        ["CREATE", "SOURCE", ..] => connector::create_source(tokens).map(Statement::CreateTable),
+        ["CREATE", "SINK", ..] => connector::create_sink(&tokens),
+        ["CREATE", "OR", "REPLACE", ..] => Ok(Statement::Unsupported(format!(
+            "{} is not supported yet",
+            words[..w.len().min(3)].join(" ")
+        ))),
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
         ["SET", ..] => set(&tokens),
         ["RESET" | "DISCARD", ..] => Ok(reset(&tokens)),
@@ -758,6 +764,7 @@ fn create_table(tokens: Vec<TokenWithSpan>) -> Result<CreateTable> {
     }
     append_only |= strip_append_only(&mut tokens);
     let watermark = strip_watermark(&mut tokens)?;
+    let connector = connector::strip_table_connector(&mut tokens)?;
     let ast = sqlparser_one(tokens)?;
     let (name, if_not_exists) = match &ast {
         ast::Statement::CreateTable(c) => (object_name(&c.name)?, c.if_not_exists),
@@ -774,6 +781,7 @@ fn create_table(tokens: Vec<TokenWithSpan>) -> Result<CreateTable> {
         watermark,
         if_not_exists,
         text,
+        connector,
     })
 }
 

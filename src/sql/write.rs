@@ -80,10 +80,17 @@ fn refuse_system(table: &Table) -> Result<()> {
             table.def.name
         )));
     }
+    if table.def.is_source() {
+        return Err(Error::WrongObjectType(format!(
+            "\"{}\" is a source, fed by its connector; write to the connector's topic instead",
+            table.def.name
+        )));
+    }
     Ok(())
 }
 
 fn refuse_append_only(table: &Table, verb: &str) -> Result<()> {
+    refuse_system(table)?;
     if table.def.append_only {
         return Err(Error::NotSupported(format!(
             "{verb} is not supported on append-only table \"{}\"",

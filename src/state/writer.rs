@@ -66,7 +66,13 @@ pub enum WriteOp {
     Delete { keys: Vec<Vec<u8>> },
     /// Replace rows: each old row must still be as the statement read it.
     Update { changes: Vec<Change> },
+    /// Set each key's row whatever was there, or delete it (`None`): a
+    /// table fed by an upsert connector, where the last message per key wins.
+    Upsert { rows: Vec<UpsertRow> },
 }
+
+/// A row key and its new row, or `None` to delete it.
+pub type UpsertRow = (Vec<u8>, Option<Vec<u8>>);
 
 impl WriteOp {
     /// Rows the write touches, as its command tag counts them.
@@ -76,6 +82,7 @@ impl WriteOp {
             WriteOp::Insert { rows } => rows.len(),
             WriteOp::Delete { keys } => keys.len(),
             WriteOp::Update { changes } => changes.len(),
+            WriteOp::Upsert { rows } => rows.len(),
         };
         n as u64
     }
@@ -95,8 +102,9 @@ pub struct WriteRequest {
     /// The highest watermark the written rows imply (their event times
     /// minus the table's delay); `None` when the table has no watermark.
     pub watermark: Option<i64>,
-    /// The producer id and sequence number the write was published with.
-    pub producer: Option<Producer>,
+    /// The producer ids and sequence numbers the write was published with:
+    /// a session's one, or a connector's position in each partition it read.
+    pub producers: Vec<Producer>,
     pub reply: oneshot::Sender<Result<u64>>,
 }
 
@@ -117,6 +125,11 @@ pub fn current_producer() -> Option<Producer> {
 /// Where the last committed sequence number of a producer is kept.
 fn producer_key(id: &str) -> Vec<u8> {
     [b"\xffproducer\x00".as_slice(), id.as_bytes()].concat()
+}
+
+/// The last sequence number `id` committed: for a connector, where it resumes.
+pub fn producer_seq(db: &DB, id: &str) -> Result<Option<u64>> {
+    crate::state::read_u64(db, &producer_key(id))
 }
 
 /// A handle to the writer thread.
@@ -165,13 +178,27 @@ impl Writer {
         op: WriteOp,
         watermark: Option<i64>,
     ) -> Result<u64> {
+        let producers = current_producer().into_iter().collect();
+        self.write_from(target, op, watermark, producers).await
+    }
+
+    /// Like [`Writer::write_marked`], for a connector: the write commits
+    /// together with its producer's position, and a position already
+    /// committed is not written again.
+    pub async fn write_from(
+        &self,
+        target: Target,
+        op: WriteOp,
+        watermark: Option<i64>,
+        producers: Vec<Producer>,
+    ) -> Result<u64> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(WriteRequest {
                 target,
                 op,
                 watermark,
-                producer: current_producer(),
+                producers,
                 reply,
             })
             .await
@@ -265,18 +292,16 @@ fn commit_group(
     let mut replies = Vec::with_capacity(requests.len());
     let count = requests.len();
     for (index, request) in requests.into_iter().enumerate() {
-        if let Some((id, seq)) = &request.producer {
-            match group.last_seq(db, id) {
-                // Already committed: a retry after a lost acknowledgement.
-                Ok(Some(last)) if *seq <= last => {
-                    replies.push((request.reply, Ok(request.op.row_count())));
-                    continue;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    replies.push((request.reply, Err(e)));
-                    continue;
-                }
+        match group.all_committed(db, &request.producers) {
+            // Already committed: a retry after a lost acknowledgement.
+            Ok(true) => {
+                replies.push((request.reply, Ok(request.op.row_count())));
+                continue;
+            }
+            Ok(false) => {}
+            Err(e) => {
+                replies.push((request.reply, Err(e)));
+                continue;
             }
         }
         let mut pending = Pending::new(&group, offsets);
@@ -287,9 +312,7 @@ fn commit_group(
             Ok((rows, staged)) => {
                 // Only later requests of the group read the overlay.
                 group.absorb(staged, offsets, index + 1 < count);
-                if let Some((id, seq)) = request.producer {
-                    group.producers.insert(id, seq);
-                }
+                group.producers.extend(request.producers);
                 replies.push((request.reply, Ok(rows)));
             }
             Err(e) => replies.push((request.reply, Err(e))),
@@ -429,6 +452,18 @@ impl Group {
         }
     }
 
+    /// Whether the write of these positions has committed already: they
+    /// commit together, so any one of them tells.
+    fn all_committed(&self, db: &DB, producers: &[Producer]) -> Result<bool> {
+        for (id, seq) in producers {
+            match self.last_seq(db, id)? {
+                Some(last) if *seq <= last => {}
+                _ => return Ok(false),
+            }
+        }
+        Ok(!producers.is_empty())
+    }
+
     /// The last sequence number `id` committed, in this group or before.
     fn last_seq(&self, db: &DB, id: &str) -> Result<Option<u64>> {
         if let Some(seq) = self.producers.get(id) {
@@ -511,6 +546,7 @@ impl<'g> Pending<'g> {
             WriteOp::InsertUnkeyed { rows } => self.insert_unkeyed(db, target, rows)?,
             WriteOp::Delete { keys } => self.delete(db, target, keys)?,
             WriteOp::Update { changes } => self.update(db, target, changes)?,
+            WriteOp::Upsert { rows } => self.upsert(db, target, rows)?,
         };
         let current = self
             .offsets
@@ -644,6 +680,37 @@ impl<'g> Pending<'g> {
             self.staged.rows.push((full, Some(change.new.row.clone())));
         }
         Ok(changes.len() as u64)
+    }
+
+    fn upsert(&mut self, db: &DB, target: &Target, rows: Vec<UpsertRow>) -> Result<u64> {
+        let count = rows.len() as u64;
+        // The last message per key wins.
+        let mut last: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::with_capacity(rows.len());
+        let mut order = Vec::with_capacity(rows.len());
+        for (key, row) in rows {
+            if last.insert(key.clone(), row).is_none() {
+                order.push(key);
+            }
+        }
+        let full: Vec<Vec<u8>> = order
+            .iter()
+            .map(|k| keys::row_key(target.table, k))
+            .collect();
+        let current = self.current(db, &full)?;
+        for ((key, full), old) in order.into_iter().zip(full).zip(current) {
+            let new = last.remove(&key).flatten();
+            if old == new {
+                continue;
+            }
+            if let Some(old) = old {
+                self.record(target, &key, -1, old);
+            }
+            if let Some(new) = &new {
+                self.record(target, &key, 1, new.clone());
+            }
+            self.staged.rows.push((full, new));
+        }
+        Ok(count)
     }
 
     /// Whether every key sorts after the table's last row, so none can exist:
@@ -853,7 +920,7 @@ mod tests {
                     rows: vec![b"x".to_vec()],
                 },
                 watermark: None,
-                producer: Some(("p".into(), seq)),
+                producers: vec![("p".into(), seq)],
                 reply,
             };
             (request, rx)

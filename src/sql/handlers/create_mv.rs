@@ -39,6 +39,7 @@ pub async fn create(
         depends_on: shape.depends_on,
         emit,
         retention,
+        append_only: shape.append_only,
     };
     let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
     else {
@@ -121,6 +122,7 @@ pub async fn create_logical(
         is_view: false,
         multiset: false,
         watermarked: false,
+        connector: None,
     };
     engine
         .catalog
@@ -286,6 +288,7 @@ fn contents(
         definition: create.text.clone(),
         is_view: true,
         watermarked: shape.watermarked,
+        connector: None,
     })
 }
 

@@ -18,16 +18,21 @@ pub async fn create_table(
     session: &mut Session,
     create: CreateTable,
 ) -> Result<Output> {
+    let tag = match create.connector.as_ref().is_some_and(|c| c.source) {
+        true => "CREATE SOURCE",
+        false => "CREATE TABLE",
+    };
     if engine.catalog.get(&create.name).is_some() {
         if create.if_not_exists {
             session.notice(format!(
                 "relation \"{}\" already exists, skipping",
                 create.name
             ));
-            return Ok(Output::command("CREATE TABLE"));
+            return Ok(Output::command(tag));
         }
         return Err(Error::DuplicateTable(create.name));
     }
+    let create = with_generated_columns(create)?;
     let ast::Statement::CreateTable(parsed) = create.ast.as_ref() else {
         return Err(Error::Internal("CREATE TABLE without its statement".into()));
     };
@@ -43,6 +48,10 @@ pub async fn create_table(
             ..c
         })
         .collect::<Vec<_>>();
+    let mut columns = columns;
+    if let Some(connector) = &create.connector {
+        columns.extend(super::connector::include_columns(connector, &columns)?);
+    }
     let watermark = watermark(&create, &columns)?;
     let def = TableDef {
         id: engine.catalog.allocate_id()?,
@@ -56,9 +65,47 @@ pub async fn create_table(
         is_view: false,
         multiset: false,
         watermarked: false,
+        connector: create.connector.clone(),
     };
-    engine.catalog.create(ObjectDef::Table(def))?;
-    Ok(Output::command("CREATE TABLE"))
+    super::connector::check_source(&def).await?;
+    let object = engine.catalog.create(ObjectDef::Table(def))?;
+    if let Object::Table(table) = object
+        && table.def.connector.is_some()
+    {
+        engine.connectors.start_source(engine, table);
+    }
+    Ok(Output::command(tag))
+}
+
+/// A generator source written without columns takes the generator's own.
+fn with_generated_columns(create: CreateTable) -> Result<CreateTable> {
+    let (Some(connector), ast::Statement::CreateTable(parsed)) =
+        (&create.connector, create.ast.as_ref())
+    else {
+        return Ok(create);
+    };
+    if !parsed.columns.is_empty() {
+        return Ok(create);
+    }
+    if connector.connector == "kafka" {
+        return Err(Error::Syntax(
+            "a Kafka source declares its columns: CREATE SOURCE name (column type, ...) WITH (...)"
+                .into(),
+        ));
+    }
+    let Some(columns) = crate::connector::generator::columns(connector)? else {
+        return Ok(create);
+    };
+    let sql = format!("CREATE TABLE {} ({columns})", create.name);
+    let Some(crate::sql::parser::Statement::CreateTable(generated)) =
+        crate::sql::parser::parse(&sql)?.into_iter().next()
+    else {
+        return Err(Error::Internal("generated columns did not parse".into()));
+    };
+    Ok(CreateTable {
+        ast: generated.ast,
+        ..create
+    })
 }
 
 fn refuse_unsupported(parsed: &ast::CreateTable) -> Result<()> {
@@ -242,11 +289,16 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
             )));
         }
         let dependents = dependents(engine, &object);
-        let subscriptions: Vec<String> = dependents
-            .iter()
-            .chain(std::iter::once(&object))
+        let readers = dependents.iter().chain(std::iter::once(&object));
+        let subscriptions: Vec<String> = readers
+            .clone()
             .flat_map(|o| engine.catalog.subscriptions_of(o.id()))
             .map(|s| format!("subscription {s}"))
+            .chain(
+                readers
+                    .flat_map(|o| engine.catalog.sinks_of(o.id()))
+                    .map(|s| format!("sink {s}")),
+            )
             .collect();
         let mut described: Vec<String> = dependents.iter().map(describe).collect();
         described.extend(subscriptions);
@@ -266,8 +318,15 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
     let mut seen = HashSet::new();
     doomed.retain(|o| seen.insert(o.id()));
     for object in &doomed {
-        if let Object::MaterializedView(view) = object {
-            engine.runtime.drop_view(view.table.def.id).await?;
+        for sink in engine.catalog.sinks_of(object.id()) {
+            if let Some(sink) = engine.catalog.sink(&sink) {
+                engine.connectors.stop(sink.id).await;
+            }
+        }
+        match object {
+            Object::MaterializedView(view) => engine.runtime.drop_view(view.table.def.id).await?,
+            Object::Table(table) => engine.connectors.stop(table.def.id).await,
+            Object::View(_) => {}
         }
     }
     engine.catalog.drop_objects(&doomed)?;

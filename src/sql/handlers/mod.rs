@@ -1,5 +1,6 @@
 //! One module per statement family; [`dispatch`] routes a parsed statement.
 
+pub mod connector;
 pub mod copy;
 pub mod create_mv;
 pub mod ddl;
@@ -28,7 +29,11 @@ pub async fn dispatch(
         Statement::Drop(drop) if drop.kind == crate::catalog::ObjectKind::Subscription => {
             subscribe::drop_subscriptions(engine, session, &drop.names, drop.if_exists)
         }
+        Statement::Drop(drop) if drop.kind == crate::catalog::ObjectKind::Sink => {
+            connector::drop_sinks(engine, session, &drop.names, drop.if_exists).await
+        }
         Statement::Drop(drop) => ddl::drop(engine, session, drop).await,
+        Statement::CreateSink(create) => connector::create_sink(engine, session, create).await,
         Statement::Show(kind) => show::objects(engine, kind),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
         Statement::ShowVariable(name) => show::variable(session, &name),
@@ -157,6 +162,7 @@ pub async fn describe(
         | Statement::Declare { .. }
         | Statement::Close(_)
         | Statement::CreateSubscription { .. }
+        | Statement::CreateSink(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

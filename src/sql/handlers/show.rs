@@ -47,12 +47,39 @@ pub fn text_lines(column: &str, text: &str) -> Result<Output> {
 pub fn objects_schema(kind: ObjectKind) -> SchemaRef {
     match kind {
         ObjectKind::MaterializedView => text_schema(&["Name", "Progress"]),
+        ObjectKind::Source => text_schema(&["Name", "Connector", "Status"]),
+        ObjectKind::Sink => text_schema(&["Name", "From", "Connector", "Status"]),
         _ => text_schema(&["Name"]),
     }
 }
 
+/// SHOW SINKS: each sink, what it reads, and how its task is doing.
+fn sinks(engine: &Arc<Engine>) -> Result<Output> {
+    let rows = engine
+        .catalog
+        .sinks()
+        .into_iter()
+        .map(|sink| {
+            let from = engine
+                .catalog
+                .by_id(sink.from)
+                .map(|o| o.def().name().to_string());
+            vec![
+                Some(sink.name.clone()),
+                from,
+                Some(sink.connector.connector.clone()),
+                Some(super::connector::status(engine, sink.id)),
+            ]
+        })
+        .collect();
+    text_rows(objects_schema(ObjectKind::Sink), rows, "SHOW")
+}
+
 /// SHOW TABLES and friends; materialized views also show how far they have read their inputs.
 pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
+    if kind == ObjectKind::Sink {
+        return sinks(engine);
+    }
     let rows = engine
         .catalog
         .objects()
@@ -64,6 +91,16 @@ pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
                 ObjectKind::MaterializedView => {
                     let progress = engine.runtime.progress(o.id()).unwrap_or(0.0);
                     vec![name, Some(format!("{:.1}%", progress * 100.0))]
+                }
+                ObjectKind::Source => {
+                    let connector = o
+                        .table()
+                        .def
+                        .connector
+                        .as_ref()
+                        .map(|c| c.connector.clone());
+                    let status = super::connector::status(engine, o.id());
+                    vec![name, connector, Some(status)]
                 }
                 _ => vec![name],
             }
@@ -77,8 +114,16 @@ pub fn create_schema() -> SchemaRef {
 }
 
 pub fn create(engine: &Arc<Engine>, kind: ObjectKind, name: &str) -> Result<Output> {
-    let object = find(engine, kind, name)?;
-    let definition = object.table().def.definition.clone();
+    let definition = match kind {
+        ObjectKind::Sink => {
+            engine
+                .catalog
+                .sink(name)
+                .ok_or_else(|| Error::UndefinedObject(format!("sink \"{name}\" does not exist")))?
+                .definition
+        }
+        _ => find(engine, kind, name)?.table().def.definition.clone(),
+    };
     text_rows(
         create_schema(),
         vec![vec![Some(name.to_string()), Some(definition)]],

@@ -155,9 +155,7 @@ fn subscription_cursor(engine: &Arc<Engine>, name: &str, since: Since) -> Result
         .ok_or_else(|| Error::UndefinedObject(format!("subscription \"{name}\" does not exist")))?;
     let table = engine
         .catalog
-        .objects()
-        .into_iter()
-        .find(|o| o.id() == def.from)
+        .by_id(def.from)
         .map(|o| o.table().clone())
         .ok_or_else(|| {
             Error::Internal(format!("subscription \"{name}\" reads a dropped relation"))

@@ -1,0 +1,642 @@
+//! The Kafka source task: a topic's messages into a table's log.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, BinaryArray, BooleanArray, Int32Array, Int64Array, RecordBatch,
+    TimestampMicrosecondArray, new_null_array,
+};
+use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::datatypes::{Field, Schema};
+use futures::FutureExt;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{MAX_BATCH, OnError, REQUEST_TIMEOUT, SourceOptions, Startup, partitions};
+use crate::catalog::{Metadata, SOURCE_ERRORS, Table};
+use crate::connector::errors::{self, BadMessage};
+use crate::connector::format::{CsvOptions, Decoder, Encode};
+use crate::connector::{Failure, Handle, Progress, Status};
+use crate::error::{Error, Result};
+use crate::session::Engine;
+use crate::state::writer::{self, UpsertRow, WriteOp};
+
+/// Messages that failed: their place in the batch and why.
+type Failed = Vec<(usize, String)>;
+
+/// Feed `table` from its topic until stopped or failed.
+pub async fn source(
+    engine: &Arc<Engine>,
+    table: &Arc<Table>,
+    handle: Handle,
+) -> std::result::Result<(), Failure> {
+    let connector = table
+        .def
+        .connector
+        .as_ref()
+        .ok_or_else(|| Failure::Fatal("the table has no connector".into()))?;
+    let options =
+        SourceOptions::parse(connector, &table.def).map_err(|e| Failure::Fatal(e.to_string()))?;
+    let consumer: StreamConsumer = options
+        .client
+        .config()
+        .set("group.id", format!("weir-source-{}", table.def.id))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()?;
+    let consumer = Arc::new(consumer);
+    let partitions = partitions(&consumer, &options.client.topic).await?;
+    let assignment = start_positions(engine, table, &consumer, &options, &partitions).await?;
+    consumer.assign(&assignment)?;
+    let mut reader = Reader::new(engine, table, options, &partitions)?;
+    handle.progress.set(Status::Running);
+    loop {
+        let messages = next_messages(&consumer).await?;
+        reader.ingest(messages, &handle.progress).await?;
+    }
+}
+
+/// The producer id under which a partition's read position commits.
+fn position_id(table: u64, partition: i32) -> String {
+    format!("kafka:{table}:{partition}")
+}
+
+/// Where each partition resumes: after what the table committed, else per
+/// `scan.startup.mode`.
+async fn start_positions(
+    engine: &Arc<Engine>,
+    table: &Table,
+    consumer: &Arc<StreamConsumer>,
+    options: &SourceOptions,
+    partitions: &[i32],
+) -> std::result::Result<TopicPartitionList, Failure> {
+    let topic = &options.client.topic;
+    let db = engine.store.db();
+    let mut list = TopicPartitionList::new();
+    let mut by_time = TopicPartitionList::new();
+    for &partition in partitions {
+        let committed = writer::producer_seq(db, &position_id(table.def.id, partition))?;
+        let offset = match (committed, options.startup) {
+            (Some(next), _) => Offset::Offset(next as i64),
+            (None, Startup::Earliest) => Offset::Beginning,
+            (None, Startup::Latest) => Offset::End,
+            (None, Startup::Timestamp(millis)) => {
+                by_time.add_partition_offset(topic, partition, Offset::Offset(millis))?;
+                continue;
+            }
+        };
+        list.add_partition_offset(topic, partition, offset)?;
+    }
+    if by_time.count() > 0 {
+        let client = consumer.clone();
+        let found =
+            tokio::task::spawn_blocking(move || client.offsets_for_times(by_time, REQUEST_TIMEOUT))
+                .await
+                .map_err(|e| Failure::Transient(e.to_string()))??;
+        for element in found.elements() {
+            list.add_partition_offset(topic, element.partition(), element.offset())?;
+        }
+    }
+    Ok(list)
+}
+
+/// The next messages: waits for one, then takes whatever else has arrived.
+async fn next_messages(
+    consumer: &StreamConsumer,
+) -> std::result::Result<Vec<OwnedMessage>, Failure> {
+    let first = consumer.recv().await?.detach();
+    let mut out = vec![first];
+    while out.len() < MAX_BATCH {
+        match consumer.recv().now_or_never() {
+            Some(Ok(message)) => out.push(message.detach()),
+            Some(Err(e)) => return Err(e.into()),
+            None => break,
+        }
+    }
+    Ok(out)
+}
+
+/// Turns messages into writes to the table.
+struct Reader {
+    engine: Arc<Engine>,
+    table: Arc<Table>,
+    options: SourceOptions,
+    decoder: Decoder,
+    /// Decodes message keys of an upsert table into its key columns.
+    keys: Option<Decoder>,
+    dead_letters: Option<FutureProducer>,
+    errors: Arc<Table>,
+    marks: Marks,
+}
+
+/// Event time per partition. The source's watermark is the slowest active
+/// partition's: partitions are read at different speeds, and one that runs
+/// ahead must not make the others' rows late. A partition silent for the
+/// idle timeout stops holding the watermark back.
+#[derive(Debug)]
+struct Marks {
+    by_partition: HashMap<i32, (Option<i64>, Instant)>,
+}
+
+impl Marks {
+    /// Every partition counts from the start, read or not yet.
+    fn new(partitions: &[i32]) -> Marks {
+        let now = Instant::now();
+        Marks {
+            by_partition: partitions.iter().map(|p| (*p, (None, now))).collect(),
+        }
+    }
+
+    fn observe(&mut self, partition: i32, mark: Option<i64>) {
+        let entry = self
+            .by_partition
+            .entry(partition)
+            .or_insert((None, Instant::now()));
+        entry.0 = entry.0.max(mark);
+        entry.1 = Instant::now();
+    }
+
+    fn watermark(&self, idle: Duration) -> Option<i64> {
+        let marks = || self.by_partition.values().filter_map(|(m, _)| *m);
+        let active = self
+            .by_partition
+            .values()
+            .filter(|(_, seen)| seen.elapsed() < idle)
+            .map(|(m, _)| *m);
+        match active.clone().next() {
+            // A partition that has no event time yet holds everything back.
+            Some(_) => active.min().flatten(),
+            None => marks().max(),
+        }
+    }
+}
+
+/// One partition's messages, read into rows.
+struct Read {
+    partition: i32,
+    /// The offset after the last message taken.
+    next: i64,
+    rows: Vec<Row>,
+    /// The highest watermark the rows imply.
+    mark: Option<i64>,
+    bad: Vec<BadMessage>,
+    /// The message that stops the source (`on_error = 'fail'`).
+    fatal: Option<String>,
+}
+
+impl Reader {
+    fn new(
+        engine: &Arc<Engine>,
+        table: &Arc<Table>,
+        options: SourceOptions,
+        partitions: &[i32],
+    ) -> std::result::Result<Reader, Failure> {
+        let fatal = |e: Error| Failure::Fatal(e.to_string());
+        let payload = Arc::new(Schema::new(
+            table.nullable_schema.fields()[..options.payload_columns].to_vec(),
+        ));
+        let decoder = Decoder::new(payload, options.encode, options.csv.clone()).map_err(fatal)?;
+        let keys = match table.def.connector.as_ref().is_some_and(|c| c.is_upsert()) {
+            true => {
+                let key_fields: Vec<Field> = table
+                    .def
+                    .primary_key
+                    .iter()
+                    .map(|i| table.nullable_schema.field(*i).clone())
+                    .collect();
+                Some(
+                    Decoder::new(
+                        Arc::new(Schema::new(key_fields)),
+                        Encode::Json,
+                        CsvOptions::default(),
+                    )
+                    .map_err(fatal)?,
+                )
+            }
+            false => None,
+        };
+        let dead_letters = match &options.on_error {
+            OnError::DeadLetter(_) => Some(
+                options
+                    .client
+                    .config()
+                    .set("enable.idempotence", "true")
+                    .create()?,
+            ),
+            _ => None,
+        };
+        let errors = engine
+            .catalog
+            .table(SOURCE_ERRORS)
+            .ok_or_else(|| Failure::Fatal("the source_errors table is missing".into()))?;
+        Ok(Reader {
+            engine: engine.clone(),
+            table: table.clone(),
+            options,
+            decoder,
+            keys,
+            dead_letters,
+            errors,
+            marks: Marks::new(partitions),
+        })
+    }
+
+    /// Write the messages, each partition's as one write with its position.
+    async fn ingest(
+        &mut self,
+        messages: Vec<OwnedMessage>,
+        progress: &Progress,
+    ) -> std::result::Result<(), Failure> {
+        let mut by_partition: BTreeMap<i32, Vec<OwnedMessage>> = BTreeMap::new();
+        for message in messages {
+            by_partition
+                .entry(message.partition())
+                .or_default()
+                .push(message);
+        }
+        let mut reads = Vec::with_capacity(by_partition.len());
+        for (partition, messages) in by_partition {
+            reads.push(self.read(partition, &messages).await?);
+        }
+        let bad: Vec<BadMessage> = reads.iter().flat_map(|r| r.bad.clone()).collect();
+        Progress::count(&progress.errors, bad.len() as u64);
+        // Kept before the rows commit: after a crash a bad message may be listed twice, never lost.
+        let now = self.engine.clock.now().timestamp_micros();
+        errors::record(&self.engine.writer, &self.errors, &bad, now).await?;
+        let fatal = reads.iter().find_map(|r| r.fatal.clone());
+        // One write for the whole round, as SPEC's "a batch read from a
+        // source": its rows are judged against the watermark from before it.
+        let mut producers = Vec::with_capacity(reads.len());
+        let mut rows = Vec::new();
+        for read in reads {
+            self.marks.observe(read.partition, read.mark);
+            producers.push((
+                position_id(self.table.def.id, read.partition),
+                read.next as u64,
+            ));
+            rows.extend(read.rows);
+        }
+        let watermark = self.marks.watermark(self.engine.config.idle_timeout);
+        let op = self.write_op(rows)?;
+        let written = self
+            .engine
+            .writer
+            .write_from(self.table.target(), op, watermark, producers)
+            .await?;
+        Progress::count(&progress.messages, written);
+        match fatal {
+            Some(why) => Err(Failure::Fatal(why)),
+            None => Ok(()),
+        }
+    }
+
+    /// Decode one partition's messages; bad ones follow `on_error`.
+    async fn read(
+        &mut self,
+        partition: i32,
+        messages: &[OwnedMessage],
+    ) -> std::result::Result<Read, Failure> {
+        let payloads: Vec<&[u8]> = messages
+            .iter()
+            .map(|m| m.payload().unwrap_or_default())
+            .collect();
+        let (rows, mut failed) = self.decode(messages, &payloads)?;
+        failed.sort_by_key(|(i, _)| *i);
+        let mut bad = Vec::new();
+        let mut fatal = None;
+        let mut take = messages.len();
+        for (index, why) in &failed {
+            let message = &messages[*index];
+            bad.push(self.bad_message(message, why));
+            match &self.options.on_error {
+                OnError::Fail => {
+                    fatal = Some(format!(
+                        "topic \"{}\" partition {partition} offset {}: {why}",
+                        self.options.client.topic,
+                        message.offset()
+                    ));
+                    take = *index;
+                    break;
+                }
+                OnError::DeadLetter(topic) => self.dead_letter(topic, message, why).await?,
+                OnError::Skip => {}
+            }
+        }
+        for b in &bad {
+            tracing::warn!(source = %b.source, topic = %b.topic, partition = b.partition,
+                offset = b.offset, error = %b.error, "skipped a message that does not parse");
+        }
+        let rows: Vec<Row> = rows.into_iter().filter(|r| r.index < take).collect();
+        let next = match take {
+            0 => messages[0].offset(),
+            n => messages[n - 1].offset() + 1,
+        };
+        let values: Vec<RecordBatch> = rows.iter().filter_map(|r| r.values.clone()).collect();
+        let mark = self.table.watermark_of(&values)?;
+        Ok(Read {
+            partition,
+            next,
+            rows,
+            mark,
+            bad,
+            fatal,
+        })
+    }
+
+    fn bad_message(&self, message: &OwnedMessage, why: &str) -> BadMessage {
+        BadMessage {
+            source: self.table.def.name.clone(),
+            topic: self.options.client.topic.clone(),
+            partition: message.partition(),
+            offset: message.offset(),
+            error: why.to_string(),
+            payload: message
+                .payload()
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        topic: &str,
+        message: &OwnedMessage,
+        why: &str,
+    ) -> std::result::Result<(), Failure> {
+        let Some(producer) = &self.dead_letters else {
+            return Ok(());
+        };
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "weir.error",
+            value: Some(why.as_bytes()),
+        });
+        let mut record = FutureRecord::<[u8], [u8]>::to(topic).headers(headers);
+        if let Some(key) = message.key() {
+            record = record.key(key);
+        }
+        if let Some(payload) = message.payload() {
+            record = record.payload(payload);
+        }
+        producer
+            .send(record, REQUEST_TIMEOUT)
+            .await
+            .map_err(|(e, _)| Failure::Transient(format!("dead-letter topic \"{topic}\": {e}")))?;
+        Ok(())
+    }
+}
+
+/// A message read into a row (or a key to delete).
+struct Row {
+    /// The message's place in its partition's batch.
+    index: usize,
+    /// The table row; `None` for an upsert tombstone.
+    values: Option<RecordBatch>,
+    /// The key columns of a tombstone.
+    key: Option<RecordBatch>,
+}
+
+impl Reader {
+    /// Rows in message order, and the messages that failed with why.
+    fn decode(
+        &mut self,
+        messages: &[OwnedMessage],
+        payloads: &[&[u8]],
+    ) -> std::result::Result<(Vec<Row>, Failed), Failure> {
+        let upsert = self.keys.is_some();
+        let valued: Vec<usize> = (0..messages.len())
+            .filter(|i| messages[*i].payload().is_some())
+            .collect();
+        let mut failed: Vec<(usize, String)> = Vec::new();
+        if !upsert {
+            failed.extend(
+                (0..messages.len())
+                    .filter(|i| messages[*i].payload().is_none())
+                    .map(|i| (i, "the message has no value".to_string())),
+            );
+        }
+        let selected: Vec<&[u8]> = valued.iter().map(|i| payloads[*i]).collect();
+        let decoded = self
+            .decoder
+            .decode(&selected)
+            .map_err(|e| Failure::Fatal(e.to_string()))?;
+        failed.extend(
+            decoded
+                .failed
+                .iter()
+                .map(|(i, why)| (valued[*i], why.clone())),
+        );
+        let full = self.with_metadata(&decoded.batch, &decoded.rows, &valued, messages)?;
+        let (full, nulls) = drop_null_violations(&self.table, full)?;
+        let mut rows = Vec::with_capacity(full.num_rows());
+        let mut kept = 0;
+        for (n, at) in decoded.rows.iter().enumerate() {
+            let index = valued[*at];
+            if let Some(why) = nulls.get(&n) {
+                failed.push((index, why.clone()));
+                continue;
+            }
+            rows.push(Row {
+                index,
+                values: Some(full.slice(kept, 1)),
+                key: None,
+            });
+            kept += 1;
+        }
+        if upsert {
+            let (tombstones, bad) = self.tombstones(messages)?;
+            failed.extend(bad);
+            rows.extend(tombstones);
+            rows.sort_by_key(|r| r.index);
+        }
+        Ok((rows, failed))
+    }
+
+    /// The keys of an upsert table's tombstones (messages without a value).
+    fn tombstones(
+        &mut self,
+        messages: &[OwnedMessage],
+    ) -> std::result::Result<(Vec<Row>, Failed), Failure> {
+        let Some(keys) = self.keys.as_mut() else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let empty: Vec<usize> = (0..messages.len())
+            .filter(|i| messages[*i].payload().is_none())
+            .collect();
+        let mut failed = Vec::new();
+        let with_key: Vec<usize> = empty
+            .iter()
+            .copied()
+            .filter(|i| {
+                let has = messages[*i].key().is_some();
+                if !has {
+                    failed.push((*i, "a message without value or key deletes nothing".into()));
+                }
+                has
+            })
+            .collect();
+        let key_payloads: Vec<&[u8]> = with_key
+            .iter()
+            .map(|i| messages[*i].key().unwrap_or_default())
+            .collect();
+        let decoded = keys
+            .decode(&key_payloads)
+            .map_err(|e| Failure::Fatal(e.to_string()))?;
+        failed.extend(
+            decoded
+                .failed
+                .iter()
+                .map(|(i, why)| (with_key[*i], format!("key: {why}"))),
+        );
+        let rows = decoded
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(n, at)| Row {
+                index: with_key[*at],
+                values: None,
+                key: Some(decoded.batch.slice(n, 1)),
+            })
+            .collect();
+        Ok((rows, failed))
+    }
+
+    /// The decoded payload columns plus the INCLUDEd metadata columns.
+    fn with_metadata(
+        &self,
+        batch: &RecordBatch,
+        rows: &[usize],
+        valued: &[usize],
+        messages: &[OwnedMessage],
+    ) -> std::result::Result<RecordBatch, Failure> {
+        let include = self
+            .table
+            .def
+            .connector
+            .as_ref()
+            .map(|c| c.include.clone())
+            .unwrap_or_default();
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        let picked: Vec<&OwnedMessage> = rows.iter().map(|r| &messages[valued[*r]]).collect();
+        for item in &include {
+            columns.push(metadata_column(item.what, &picked));
+        }
+        RecordBatch::try_new(self.table.nullable_schema.clone(), columns)
+            .map_err(|e| Failure::Fatal(format!("source rows do not fit the table: {e}")))
+    }
+
+    /// The write for a round's rows.
+    fn write_op(&self, rows: Vec<Row>) -> std::result::Result<WriteOp, Failure> {
+        let table = &self.table;
+        let values: Vec<RecordBatch> = rows.iter().filter_map(|r| r.values.clone()).collect();
+        let encode = |batches: &[RecordBatch]| -> Result<Vec<Vec<u8>>> {
+            let mut out = Vec::new();
+            for batch in batches {
+                let encoded = table.codec.encode_rows(batch)?;
+                out.extend(encoded.iter().map(|r| r.data().to_vec()));
+            }
+            Ok(out)
+        };
+        let op = if table.def.append_only {
+            WriteOp::Append {
+                rows: encode(&values)?,
+            }
+        } else if table.def.is_keyed() {
+            WriteOp::Upsert {
+                rows: self.upserts(rows)?,
+            }
+        } else {
+            WriteOp::InsertUnkeyed {
+                rows: encode(&values)?,
+            }
+        };
+        Ok(op)
+    }
+
+    /// Keyed rows in message order: a value sets its key's row, a tombstone deletes it.
+    fn upserts(&self, rows: Vec<Row>) -> Result<Vec<UpsertRow>> {
+        let table = &self.table;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            match (row.values, row.key) {
+                (Some(values), _) => {
+                    let key = table.codec.encode_keys(&values)?;
+                    let encoded = table.codec.encode_rows(&values)?;
+                    out.push((
+                        key.row(0).data().to_vec(),
+                        Some(encoded.row(0).data().to_vec()),
+                    ));
+                }
+                (None, Some(key)) => {
+                    let full = key_only_row(table, &key)?;
+                    let key = table.codec.encode_keys(&full)?;
+                    out.push((key.row(0).data().to_vec(), None));
+                }
+                (None, None) => {}
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A one-row batch of the table with only the key columns set.
+fn key_only_row(table: &Table, key: &RecordBatch) -> Result<RecordBatch> {
+    let schema = &table.nullable_schema;
+    let columns = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(
+            |(i, field)| match table.def.primary_key.iter().position(|k| *k == i) {
+                Some(at) => key.column(at).clone(),
+                None => new_null_array(field.data_type(), key.num_rows()),
+            },
+        )
+        .collect();
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+fn metadata_column(what: Metadata, messages: &[&OwnedMessage]) -> ArrayRef {
+    match what {
+        Metadata::Key => Arc::new(BinaryArray::from_iter(messages.iter().map(|m| m.key()))),
+        Metadata::Partition => Arc::new(Int32Array::from_iter_values(
+            messages.iter().map(|m| m.partition()),
+        )),
+        Metadata::Offset => Arc::new(Int64Array::from_iter_values(
+            messages.iter().map(|m| m.offset()),
+        )),
+        Metadata::Timestamp => Arc::new(TimestampMicrosecondArray::from_iter(
+            messages
+                .iter()
+                .map(|m| m.timestamp().to_millis().map(|ms| ms * 1000)),
+        )),
+    }
+}
+
+/// Rows with NULL in a NOT NULL column leave the batch; each is reported by its row number.
+fn drop_null_violations(
+    table: &Table,
+    batch: RecordBatch,
+) -> std::result::Result<(RecordBatch, HashMap<usize, String>), Failure> {
+    let mut bad = HashMap::new();
+    for (i, field) in table.schema.fields().iter().enumerate() {
+        if field.is_nullable() && !table.def.primary_key.contains(&i) {
+            continue;
+        }
+        let column = batch.column(i);
+        for row in 0..batch.num_rows() {
+            if column.is_null(row) {
+                bad.entry(row)
+                    .or_insert_with(|| format!("column \"{}\" is NOT NULL", field.name()));
+            }
+        }
+    }
+    if bad.is_empty() {
+        return Ok((batch, bad));
+    }
+    let keep = BooleanArray::from_iter((0..batch.num_rows()).map(|r| Some(!bad.contains_key(&r))));
+    let kept = filter_record_batch(&batch, &keep).map_err(|e| Failure::Fatal(e.to_string()))?;
+    Ok((kept, bad))
+}

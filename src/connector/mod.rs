@@ -1,0 +1,274 @@
+//! Connectors: sources that feed tables from outside (Kafka, generators)
+//! and sinks that write a relation's changes out (Kafka).
+//!
+//! A source writes what it reads into its table's log through the writer,
+//! like an INSERT, and each write commits together with the source's read
+//! position (a producer sequence, see `state::writer`). After a crash the
+//! source resumes from the committed position, so every message lands in
+//! the log exactly once, and everything downstream (views, change streams,
+//! sinks) reads the log as it reads any table's.
+//!
+//! Each connector runs as one task, supervised here: a failure that a retry
+//! may cure (a broker away) is retried with backoff; one that it cannot (a
+//! bad message under `on_error = 'fail'`) stops the task, and SHOW SOURCES
+//! or SHOW SINKS says why.
+
+pub mod errors;
+pub mod format;
+pub mod generator;
+pub mod kafka;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::catalog::{ConnectorDef, SinkDef, Table, TableDef};
+use crate::error::{Error, Result};
+use crate::session::Engine;
+
+/// How a connector task is doing, as SHOW SOURCES and SHOW SINKS print it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Status {
+    Starting,
+    Running,
+    /// Failed in a way a retry may cure; retrying.
+    Retrying(String),
+    /// Stopped for good until the object is recreated or the server restarts.
+    Failed(String),
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Status::Starting => write!(f, "starting"),
+            Status::Running => write!(f, "running"),
+            Status::Retrying(why) => write!(f, "retrying: {why}"),
+            Status::Failed(why) => write!(f, "failed: {why}"),
+        }
+    }
+}
+
+/// Why a connector task stopped.
+#[derive(Debug)]
+pub enum Failure {
+    /// Retrying may help: the broker is away, a request timed out.
+    Transient(String),
+    /// Retrying cannot help: the task stops.
+    Fatal(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        match e {
+            Error::ShuttingDown => Failure::Fatal("the server is shutting down".into()),
+            other => Failure::Transient(other.to_string()),
+        }
+    }
+}
+
+impl From<rdkafka::error::KafkaError> for Failure {
+    fn from(e: rdkafka::error::KafkaError) -> Failure {
+        Failure::Transient(format!("Kafka: {e}"))
+    }
+}
+
+/// What a task shares with the registry.
+#[derive(Debug, Default)]
+pub struct Progress {
+    status: Mutex<Option<Status>>,
+    /// Messages read (sources) or written (sinks).
+    pub messages: std::sync::atomic::AtomicU64,
+    /// Messages a source could not read.
+    pub errors: std::sync::atomic::AtomicU64,
+}
+
+impl Progress {
+    pub fn set(&self, status: Status) {
+        *self.status.lock() = Some(status);
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.lock().clone().unwrap_or(Status::Starting)
+    }
+
+    pub fn count(counter: &std::sync::atomic::AtomicU64, n: u64) {
+        counter.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A task's view of its registry entry: where to report and when to stop.
+#[derive(Clone)]
+pub struct Handle {
+    pub progress: Arc<Progress>,
+    stop: watch::Receiver<bool>,
+}
+
+impl Handle {
+    /// Resolves once the task is asked to stop.
+    pub async fn stopped(&mut self) {
+        let _ = self.stop.wait_for(|stop| *stop).await;
+    }
+}
+
+struct Running {
+    progress: Arc<Progress>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+/// The connector tasks of a node, by object id.
+#[derive(Default)]
+pub struct Connectors {
+    running: Mutex<HashMap<u64, Running>>,
+}
+
+impl std::fmt::Debug for Connectors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connectors")
+            .field("running", &self.running.lock().len())
+            .finish()
+    }
+}
+
+impl Connectors {
+    /// Start feeding `table` from its connector.
+    pub fn start_source(&self, engine: &Arc<Engine>, table: Arc<Table>) {
+        let Some(connector) = table.def.connector.clone() else {
+            return;
+        };
+        let engine = engine.clone();
+        let id = table.def.id;
+        self.spawn(id, move |handle| async move {
+            match connector.connector.as_str() {
+                "kafka" => supervise(handle, |h| kafka::source(&engine, &table, h)).await,
+                "nexmark" | "datagen" => {
+                    supervise(handle, |h| generator::source(&engine, &table, h)).await
+                }
+                other => handle.progress.set(Status::Failed(format!(
+                    "connector '{other}' cannot feed a table"
+                ))),
+            }
+        });
+    }
+
+    /// Start writing a relation's changes out; `opened` is the change
+    /// stream CREATE SINK opened, `None` when the sink resumes.
+    pub fn start_sink(
+        &self,
+        engine: &Arc<Engine>,
+        sink: SinkDef,
+        opened: Option<crate::session::subscribe::Subscription>,
+    ) {
+        let engine = engine.clone();
+        let id = sink.id;
+        let first = Mutex::new(opened);
+        self.spawn(id, move |handle| async move {
+            supervise(handle, |h| kafka::sink(&engine, &sink, &first, h)).await
+        });
+    }
+
+    fn spawn<F, Fut>(&self, id: u64, run: F)
+    where
+        F: FnOnce(Handle) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let progress = Arc::new(Progress::default());
+        let (stop, stopped) = watch::channel(false);
+        let handle = Handle {
+            progress: progress.clone(),
+            stop: stopped,
+        };
+        let task = tokio::spawn(run(handle));
+        let previous = self.running.lock().insert(
+            id,
+            Running {
+                progress,
+                stop,
+                task,
+            },
+        );
+        if let Some(previous) = previous {
+            previous.task.abort();
+        }
+    }
+
+    /// Stop a connector task and wait until it has let go of everything.
+    pub async fn stop(&self, id: u64) {
+        let Some(running) = self.running.lock().remove(&id) else {
+            return;
+        };
+        let _ = running.stop.send(true);
+        let mut task = running.task;
+        if tokio::time::timeout(Duration::from_secs(10), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+
+    /// The task's status and counters, when one runs for `id`.
+    pub fn progress(&self, id: u64) -> Option<Arc<Progress>> {
+        self.running.lock().get(&id).map(|r| r.progress.clone())
+    }
+}
+
+/// Run `attempt` until it ends, retrying transient failures with backoff.
+async fn supervise<F, Fut>(handle: Handle, mut attempt: F)
+where
+    F: FnMut(Handle) -> Fut,
+    Fut: Future<Output = std::result::Result<(), Failure>>,
+{
+    let mut backoff = Duration::from_millis(500);
+    let mut stop = handle.clone();
+    loop {
+        let outcome = tokio::select! {
+            outcome = attempt(handle.clone()) => outcome,
+            _ = stop.stopped() => return,
+        };
+        match outcome {
+            Ok(()) => return,
+            Err(Failure::Fatal(why)) => {
+                tracing::error!(cause = %why, "connector stopped");
+                handle.progress.set(Status::Failed(why));
+                return;
+            }
+            Err(Failure::Transient(why)) => {
+                tracing::warn!(cause = %why, retry_in = ?backoff, "connector failed; retrying");
+                handle.progress.set(Status::Retrying(why));
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.stopped() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// Check a source's connector clauses against its columns, at CREATE.
+pub fn check_source(connector: &ConnectorDef, table: &TableDef) -> Result<()> {
+    match connector.connector.as_str() {
+        "kafka" => kafka::SourceOptions::parse(connector, table).map(|_| ()),
+        "nexmark" | "datagen" => generator::check(connector, table),
+        other => Err(Error::InvalidParameter(format!(
+            "connector '{other}' is not known; use {}",
+            crate::catalog::CONNECTORS.join(", ")
+        ))),
+    }
+}
+
+/// Check a sink's connector clauses against the relation it reads, at CREATE.
+pub fn check_sink(connector: &ConnectorDef, from: &Table, append_only: bool) -> Result<()> {
+    match connector.connector.as_str() {
+        "kafka" => kafka::SinkOptions::parse(connector, from, append_only).map(|_| ()),
+        other => Err(Error::InvalidParameter(format!(
+            "sinks write to Kafka; connector '{other}' cannot be a sink"
+        ))),
+    }
+}

@@ -1,0 +1,147 @@
+//! CREATE SOURCE (and tables with a connector), CREATE SINK, DROP SINK, and
+//! how SHOW lists them.
+
+use std::sync::Arc;
+
+use crate::catalog::{ColumnDef, ConnectorDef, Object, SinkDef, Table, TableDef};
+use crate::connector::{self, Status};
+use crate::error::{Error, Result};
+use crate::session::{Engine, Output, Session};
+use crate::sql::parser::CreateSink;
+
+/// The metadata columns a connector's `INCLUDE` adds after the declared ones.
+pub fn include_columns(connector: &ConnectorDef, declared: &[ColumnDef]) -> Result<Vec<ColumnDef>> {
+    if !connector.include.is_empty() && connector.connector != "kafka" {
+        return Err(Error::InvalidParameter(format!(
+            "INCLUDE reads Kafka message metadata; connector '{}' has none",
+            connector.connector
+        )));
+    }
+    let mut out: Vec<ColumnDef> = Vec::new();
+    for include in &connector.include {
+        let taken = declared
+            .iter()
+            .chain(&out)
+            .any(|c| c.name == include.column);
+        if taken {
+            return Err(Error::DuplicateColumn(include.column.clone()));
+        }
+        let (data_type, sql_type) = match include.what {
+            crate::catalog::Metadata::Key => ("Binary".to_string(), "bytea"),
+            crate::catalog::Metadata::Partition => ("Int32".to_string(), "integer"),
+            crate::catalog::Metadata::Offset => ("Int64".to_string(), "bigint"),
+            crate::catalog::Metadata::Timestamp => (
+                datafusion::arrow::datatypes::DataType::Timestamp(
+                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
+                    None,
+                )
+                .to_string(),
+                "timestamp without time zone",
+            ),
+        };
+        out.push(ColumnDef {
+            name: include.column.clone(),
+            data_type,
+            sql_type: sql_type.into(),
+            nullable: true,
+        });
+    }
+    Ok(out)
+}
+
+/// Check a new source or connector table before it is created: its options,
+/// and that the broker answers.
+pub async fn check_source(def: &TableDef) -> Result<()> {
+    let Some(connector) = &def.connector else {
+        return Ok(());
+    };
+    connector::check_source(connector, def)?;
+    if connector.connector == "kafka" {
+        connector::kafka::probe(connector).await?;
+    }
+    Ok(())
+}
+
+pub async fn create_sink(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    create: CreateSink,
+) -> Result<Output> {
+    if engine.catalog.sink(&create.name).is_some() {
+        if create.if_not_exists {
+            session.notice(format!("sink \"{}\" already exists, skipping", create.name));
+            return Ok(Output::command("CREATE SINK"));
+        }
+        return Err(Error::DuplicateObject(format!(
+            "sink \"{}\" already exists",
+            create.name
+        )));
+    }
+    let (from, append_only) = relation(engine, &create.from)?;
+    connector::check_sink(&create.connector, &from, append_only)?;
+    connector::kafka::probe(&create.connector).await?;
+    let def = SinkDef {
+        id: engine.catalog.allocate_id()?,
+        name: create.name,
+        from: from.def.id,
+        connector: create.connector,
+        definition: create.text,
+    };
+    let opened = connector::kafka::open_sink_stream(engine, &from, None)?;
+    engine.catalog.create_sink(def.clone())?;
+    engine.connectors.start_sink(engine, def, Some(opened));
+    Ok(Output::command("CREATE SINK"))
+}
+
+/// The table, source or materialized view a sink reads, and whether it never retracts.
+fn relation(engine: &Arc<Engine>, name: &str) -> Result<(Arc<Table>, bool)> {
+    match engine.catalog.get(name) {
+        Some(Object::Table(table)) => {
+            let append_only = table.def.append_only;
+            Ok((table, append_only))
+        }
+        Some(Object::MaterializedView(view)) => Ok((view.table.clone(), view.def.append_only)),
+        Some(Object::View(_)) => Err(Error::WrongObjectType(format!(
+            "\"{name}\" is a view, which stores nothing to sink; sink a materialized view"
+        ))),
+        None => Err(Error::UndefinedTable(name.to_string())),
+    }
+}
+
+pub async fn drop_sinks(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    names: &[String],
+    if_exists: bool,
+) -> Result<Output> {
+    for name in names {
+        let Some(sink) = engine.catalog.sink(name) else {
+            if if_exists {
+                session.notice(format!("sink \"{name}\" does not exist, skipping"));
+                continue;
+            }
+            return Err(Error::UndefinedObject(format!(
+                "sink \"{name}\" does not exist"
+            )));
+        };
+        engine.connectors.stop(sink.id).await;
+        engine.catalog.drop_sink(name)?;
+    }
+    Ok(Output::command("DROP SINK"))
+}
+
+/// What SHOW SOURCES and SHOW SINKS print as a connector's status.
+pub fn status(engine: &Engine, id: u64) -> String {
+    match engine.connectors.progress(id) {
+        Some(progress) => progress.status().to_string(),
+        None => Status::Failed("not running".into()).to_string(),
+    }
+}
+
+/// Messages read (sources) or written (sinks) since the server started, and errors.
+pub fn counts(engine: &Engine, id: u64) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    engine.connectors.progress(id).map_or((0, 0), |p| {
+        (p.messages.load(Relaxed), p.errors.load(Relaxed))
+    })
+}

@@ -1,0 +1,629 @@
+//! Kafka end to end against a real broker on loopback (see
+//! `tests/common/kafka.rs`): JSON and CSV sources into windowed views, bad
+//! messages under each `on_error` policy, upsert tables, sinks read back,
+//! and exactly-once across SIGKILL on both sides.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use common::kafka::{self, Record};
+
+use common::text_rows as rows;
+
+/// Poll until a query returns `expected`: the broker and the source run on
+/// their own, so the test waits for an outcome rather than for a time.
+async fn wait_for(client: &tokio_postgres::Client, sql: &str, expected: &[&str]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = rows(client, sql).await;
+        if got == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sql}: waited for {expected:?}, still {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn sqlstate(client: &tokio_postgres::Client, sql: &str) -> String {
+    let e = client.batch_execute(sql).await.expect_err(sql);
+    e.as_db_error()
+        .map(|d| d.code().code().to_string())
+        .unwrap_or_else(|| panic!("{sql}: not a database error: {e}"))
+}
+
+fn with(topic: &str, bootstrap: &str, extra: &str) -> String {
+    format!(
+        "WITH (connector = 'kafka', topic = '{topic}', \
+         properties.bootstrap.server = '{bootstrap}'{extra})"
+    )
+}
+
+fn bid(auction: i64, price: i64, second: i64) -> Vec<u8> {
+    format!(
+        r#"{{"auction": {auction}, "price": {price}, "date_time": "2024-01-01 00:00:{second:02}"}}"#
+    )
+    .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_json_source_feeds_a_windowed_view_and_skips_bad_messages() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("bids");
+    kafka::create_topic(&bootstrap, &topic, 3).await;
+    let mut payloads: Vec<(Vec<u8>, i32)> = (0..30)
+        .map(|i| (bid(i % 4, i, i), (i % 3) as i32))
+        .collect();
+    payloads.insert(7, (b"not json".to_vec(), 1));
+    payloads.insert(12, (br#"{"auction": "x", "price": 1}"#.to_vec(), 2));
+    let records: Vec<kafka::Outgoing> = payloads
+        .iter()
+        .map(|(p, partition)| (None, Some(p.as_slice()), Some(*partition)))
+        .collect();
+    kafka::produce(&bootstrap, &topic, &records).await;
+
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE bids (auction BIGINT, price BIGINT, date_time TIMESTAMP, \
+               WATERMARK FOR date_time AS date_time - INTERVAL '1' SECOND) \
+             INCLUDE partition AS p, offset AS o {} FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW per_window AS SELECT window_start, count(*) AS n, \
+               sum(price) AS total FROM TUMBLE(bids, date_time, INTERVAL '10' SECOND) \
+               GROUP BY window_start",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("create");
+    wait_for(&client, "SELECT count(*) FROM bids", &["30"]).await;
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT window_start, n, total FROM per_window ORDER BY 1"
+        )
+        .await,
+        [
+            "2024-01-01 00:00:00|10|45",
+            "2024-01-01 00:00:10|10|145",
+            "2024-01-01 00:00:20|10|245"
+        ]
+    );
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT p, count(*), count(DISTINCT o) FROM bids GROUP BY p ORDER BY p"
+        )
+        .await,
+        ["0|10|10", "1|10|10", "2|10|10"]
+    );
+    let errors = rows(
+        &client,
+        "SELECT source, partition, \"offset\", payload FROM source_errors ORDER BY partition",
+    )
+    .await;
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors[0].starts_with("bids|1|") && errors[0].ends_with("|not json"));
+    assert!(errors[1].starts_with("bids|2|"));
+    assert_eq!(rows(&client, "SHOW SOURCES").await, ["bids|kafka|running"]);
+    let state = sqlstate(
+        &client,
+        "INSERT INTO bids VALUES (1, 1, '2024-01-01', 0, 0)",
+    )
+    .await;
+    assert_eq!(state, "42809");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_csv_source_reads_fields_in_column_order() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("csv");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    let lines: [&[u8]; 4] = [
+        b"1,apple,2.5",
+        b"2,,3",
+        b"x,pear,1",
+        b"3,\"fig, dried\",4\n",
+    ];
+    let records: Vec<kafka::Outgoing> = lines.iter().map(|l| (None, Some(*l), None)).collect();
+    kafka::produce(&bootstrap, &topic, &records).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE fruit (id INT, name VARCHAR, weight DOUBLE) {} FORMAT PLAIN ENCODE CSV",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("create");
+    wait_for(
+        &client,
+        "SELECT id, name, weight FROM fruit ORDER BY id",
+        &["1|apple|2.5", "2|NULL|3", "3|fig, dried|4"],
+    )
+    .await;
+    wait_for(&client, "SELECT count(*) FROM source_errors", &["1"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn on_error_fail_stops_the_source_and_dead_letter_copies_the_message() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("strict");
+    let dead = kafka::unique_topic("dead");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    kafka::create_topic(&bootstrap, &dead, 1).await;
+    let records: [kafka::Outgoing; 3] = [
+        (None, Some(br#"{"a": 1}"#), None),
+        (Some(b"k"), Some(b"{broken"), None),
+        (None, Some(br#"{"a": 3}"#), None),
+    ];
+    kafka::produce(&bootstrap, &topic, &records).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE strict (a INT) {} FORMAT PLAIN ENCODE JSON;
+             CREATE SOURCE lenient (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with(&topic, &bootstrap, ", on_error = 'fail'"),
+            with(
+                &topic,
+                &bootstrap,
+                &format!(", on_error = 'dead_letter', dead_letter.topic = '{dead}'")
+            ),
+        ))
+        .await
+        .expect("create");
+    wait_for(&client, "SELECT a FROM lenient ORDER BY a", &["1", "3"]).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let shown = rows(&client, "SELECT 1").await;
+        assert_eq!(shown, ["1"]);
+        let sources = rows(&client, "SHOW SOURCES").await;
+        let strict = sources.iter().find(|s| s.starts_with("strict|")).cloned();
+        if let Some(s) = strict.filter(|s| s.contains("failed")) {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "strict never failed: {sources:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.contains("offset 1"), "{status}");
+    assert_eq!(rows(&client, "SELECT a FROM strict").await, ["1"]);
+    let copied = kafka::consume_all(&bootstrap, &dead, false, Duration::from_secs(10)).await;
+    assert_eq!(copied.len(), 1);
+    assert_eq!(copied[0].key.as_deref(), Some(b"k".as_slice()));
+    assert_eq!(copied[0].value.as_deref(), Some(b"{broken".as_slice()));
+    assert!(copied[0].headers.iter().any(|(k, _)| k == "weir.error"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upsert_table_keeps_the_last_value_per_key_and_deletes_on_null() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("users");
+    kafka::create_topic(&bootstrap, &topic, 2).await;
+    let records: [kafka::Outgoing; 5] = [
+        (
+            Some(br#"{"id": 1}"#),
+            Some(br#"{"id": 1, "name": "ann"}"#),
+            Some(0),
+        ),
+        (
+            Some(br#"{"id": 2}"#),
+            Some(br#"{"id": 2, "name": "bob"}"#),
+            Some(1),
+        ),
+        (
+            Some(br#"{"id": 1}"#),
+            Some(br#"{"id": 1, "name": "cat"}"#),
+            Some(0),
+        ),
+        (
+            Some(br#"{"id": 3}"#),
+            Some(br#"{"id": 3, "name": "dan"}"#),
+            Some(1),
+        ),
+        (Some(br#"{"id": 2}"#), None, Some(1)),
+    ];
+    kafka::produce(&bootstrap, &topic, &records).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE users (id BIGINT PRIMARY KEY, name VARCHAR) {} \
+             FORMAT UPSERT ENCODE JSON;
+             CREATE MATERIALIZED VIEW names AS SELECT count(*) AS n FROM users",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("create");
+    wait_for(
+        &client,
+        "SELECT id, name FROM users ORDER BY id",
+        &["1|cat", "3|dan"],
+    )
+    .await;
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(rows(&client, "SELECT n FROM names").await, ["2"]);
+    assert_eq!(rows(&client, "SHOW TABLES").await, ["users"]);
+}
+
+/// Fold an upsert topic into its final contents: key → value, tombstones delete.
+fn fold(records: &[kafka::Record]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for r in records {
+        let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+        match &r.value {
+            Some(v) => {
+                let value: serde_json::Value = serde_json::from_slice(v).expect("JSON value");
+                out.insert(key, value.to_string());
+            }
+            None => {
+                out.remove(&key);
+            }
+        }
+    }
+    out
+}
+
+/// The view's rows as the sink writes them: key JSON → row JSON.
+async fn expected_upserts(client: &tokio_postgres::Client) -> BTreeMap<String, String> {
+    rows(client, "SELECT g, total, n FROM totals")
+        .await
+        .into_iter()
+        .map(|row| {
+            let parts: Vec<&str> = row.split('|').collect();
+            let key = serde_json::json!({ "g": parts[0] }).to_string();
+            let value = serde_json::json!({
+                "g": parts[0],
+                "total": parts[1].parse::<i64>().expect("total"),
+                "n": parts[2].parse::<i64>().expect("n"),
+            });
+            (key, value.to_string())
+        })
+        .collect()
+}
+
+/// Every message carries its epoch and place; per partition they must run
+/// without a gap or a repeat, or something was written twice or lost.
+fn assert_once(records: &[kafka::Record]) {
+    let mut last: BTreeMap<i32, (u64, u64)> = BTreeMap::new();
+    for r in records {
+        let header = |name: &str| -> u64 {
+            let (_, v) = r.headers.iter().find(|(k, _)| k == name).expect(name);
+            String::from_utf8_lossy(v).parse().expect(name)
+        };
+        let (epoch, seq) = (header("weir.epoch"), header("weir.seq"));
+        match last.get(&r.partition) {
+            Some((e, s)) if *e == epoch => assert_eq!(seq, s + 1, "partition {}", r.partition),
+            Some((e, _)) => {
+                assert!(epoch > *e, "partition {} went back", r.partition);
+                assert_eq!(seq, 0);
+            }
+            None => assert_eq!(seq, 0),
+        }
+        last.insert(r.partition, (epoch, seq));
+    }
+}
+
+async fn wait_for_topic(
+    bootstrap: &str,
+    topic: &str,
+    client: &tokio_postgres::Client,
+) -> Vec<kafka::Record> {
+    let expected = expected_upserts(client).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let records = kafka::consume_all(bootstrap, topic, true, Duration::from_secs(10)).await;
+        if fold(&records) == expected {
+            return records;
+        }
+        assert!(Instant::now() < deadline, "the sink never caught up");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upsert_sink_writes_each_change_once_across_a_crash() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("totals");
+    kafka::create_topic(&bootstrap, &topic, 3).await;
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, g VARCHAR, v BIGINT);
+             INSERT INTO t SELECT value AS id, 'g' || (value % 7) AS g, value AS v \
+               FROM generate_series(1, 200);
+             CREATE MATERIALIZED VIEW totals AS SELECT g, sum(v) AS total, count(*) AS n \
+               FROM t GROUP BY g",
+        )
+        .await
+        .expect("setup");
+    let plain = format!(
+        "CREATE SINK p FROM totals {} FORMAT PLAIN ENCODE JSON",
+        with(&topic, &bootstrap, "")
+    );
+    assert_eq!(sqlstate(&client, &plain).await, "22023");
+    client
+        .batch_execute(&format!(
+            "CREATE SINK s FROM totals {} FORMAT UPSERT ENCODE JSON",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("sink");
+    client
+        .batch_execute(
+            "UPDATE t SET v = v + 1 WHERE id % 3 = 0; DELETE FROM t WHERE g = 'g0'; FLUSH",
+        )
+        .await
+        .expect("changes");
+    wait_for_topic(&bootstrap, &topic, &client).await;
+
+    // Changes, then a crash somewhere while the sink writes them.
+    for round in 0..5 {
+        client
+            .batch_execute(&format!(
+                "UPDATE t SET v = v + {round} WHERE id % 5 = {round}"
+            ))
+            .await
+            .expect("update");
+    }
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    client
+        .batch_execute("INSERT INTO t VALUES (1000, 'g0', 5); FLUSH")
+        .await
+        .expect("after restart");
+    let records = wait_for_topic(&bootstrap, &topic, &client).await;
+    assert_once(&records);
+    assert_eq!(
+        rows(&client, "SHOW SINKS").await,
+        ["s|totals|kafka|running"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_reads_every_message_once_across_a_crash() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("events");
+    kafka::create_topic(&bootstrap, &topic, 2).await;
+    let payload = |i: i64| format!(r#"{{"id": {i}}}"#).into_bytes();
+    let produce = |range: std::ops::Range<i64>| {
+        let bootstrap = bootstrap.clone();
+        let topic = topic.clone();
+        async move {
+            let payloads: Vec<(Vec<u8>, i32)> =
+                range.map(|i| (payload(i), (i % 2) as i32)).collect();
+            let records: Vec<kafka::Outgoing> = payloads
+                .iter()
+                .map(|(p, partition)| (None, Some(p.as_slice()), Some(*partition)))
+                .collect();
+            kafka::produce(&bootstrap, &topic, &records).await;
+        }
+    };
+    produce(0..2000).await;
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE events (id BIGINT) {} FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW seen AS SELECT count(*) AS n, count(DISTINCT id) AS d \
+               FROM events",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("create");
+    produce(2000..4000).await;
+    server.kill();
+    produce(4000..5000).await;
+    server.restart();
+    let client = server.connect().await;
+    wait_for(&client, "SELECT count(*) FROM events", &["5000"]).await;
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(rows(&client, "SELECT n, d FROM seen").await, ["5000|5000"]);
+}
+
+fn now_millis() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn startup_modes_choose_where_a_new_source_begins() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("modes");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    let old: [kafka::Outgoing; 2] = [
+        (None, Some(br#"{"a": 1}"#), None),
+        (None, Some(br#"{"a": 2}"#), None),
+    ];
+    kafka::produce(&bootstrap, &topic, &old).await;
+    // Later than every message so far: the broker stamps them when produced.
+    let since = now_millis() + 1;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE late (a INT) {} FORMAT PLAIN ENCODE JSON;
+             CREATE SOURCE early (a INT) {} FORMAT PLAIN ENCODE JSON;
+             CREATE SOURCE since (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with(&topic, &bootstrap, ", scan.startup.mode = 'latest'"),
+            with(&topic, &bootstrap, ", scan.startup.mode = 'earliest'"),
+            with(
+                &topic,
+                &bootstrap,
+                &format!(
+                    ", scan.startup.mode = 'timestamp', scan.startup.timestamp.millis = '{since}'"
+                )
+            ),
+        ))
+        .await
+        .expect("create");
+    wait_for(&client, "SELECT count(*) FROM early", &["2"]).await;
+    wait_for(
+        &client,
+        "SHOW SOURCES",
+        &[
+            "early|kafka|running",
+            "late|kafka|running",
+            "since|kafka|running",
+        ],
+    )
+    .await;
+    while now_millis() <= since {
+        std::hint::spin_loop();
+    }
+    let new: [kafka::Outgoing; 1] = [(None, Some(br#"{"a": 3}"#), None)];
+    kafka::produce(&bootstrap, &topic, &new).await;
+    wait_for(&client, "SELECT a FROM late", &["3"]).await;
+    wait_for(&client, "SELECT a FROM since", &["3"]).await;
+    wait_for(&client, "SELECT count(*) FROM early", &["3"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_debezium_sink_says_what_each_change_was() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("cdc");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, v VARCHAR);
+             INSERT INTO t VALUES (1, 'a'), (2, 'b');
+             CREATE SINK d FROM t {} FORMAT DEBEZIUM ENCODE JSON;",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("setup");
+    client
+        .batch_execute("UPDATE t SET v = 'c' WHERE id = 1")
+        .await
+        .expect("update");
+    client
+        .batch_execute("DELETE FROM t WHERE id = 2")
+        .await
+        .expect("delete");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ops = loop {
+        let records = kafka::consume_all(&bootstrap, &topic, true, Duration::from_secs(10)).await;
+        let ops: BTreeSet<String> = records
+            .iter()
+            .filter_map(|r| r.value.as_deref())
+            .map(|v| {
+                serde_json::from_slice::<serde_json::Value>(v).expect("json")["op"].to_string()
+            })
+            .collect();
+        if ops.len() == 3 {
+            break ops;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "saw only {ops:?}; {:?}",
+            rows(&client, "SHOW SINKS").await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(
+        ops,
+        BTreeSet::from(["\"c\"".into(), "\"d\"".into(), "\"u\"".into()])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn creating_against_a_missing_broker_or_topic_fails_clearly() {
+    let bootstrap = kafka::bootstrap();
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let missing = kafka::unique_topic("missing");
+    let state = sqlstate(
+        &client,
+        &format!(
+            "CREATE SOURCE s (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with(&missing, &bootstrap, "")
+        ),
+    )
+    .await;
+    assert_eq!(state, "42704");
+    let state = sqlstate(
+        &client,
+        &format!(
+            "CREATE SOURCE s (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with("t", "127.0.0.1:1", "")
+        ),
+    )
+    .await;
+    assert_eq!(state, "08001");
+    assert_eq!(rows(&client, "SHOW SOURCES").await, Vec::<String>::new());
+}
+
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The broker keeps what the tests rely on: keys, values, headers, explicit
+/// partitions and offsets, and high watermarks that count every record.
+#[tokio::test]
+async fn broker_round_trip() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("round-trip");
+    kafka::create_topic(&bootstrap, &topic, 3).await;
+
+    let trace: &[(&str, &[u8])] = &[("trace", b"t-1"), ("empty", b"")];
+    let sent: &[kafka::OutgoingWithHeaders<'_>] = &[
+        (Some(b"a".as_slice()), Some(b"1".as_slice()), Some(0), trace),
+        (Some(b"b".as_slice()), Some(b"2".as_slice()), Some(2), &[]),
+        (Some(b"a".as_slice()), None, Some(0), &[]),
+        (None, Some(b"3".as_slice()), Some(2), trace),
+        (Some(b"c".as_slice()), Some(b"".as_slice()), Some(2), &[]),
+    ];
+    kafka::produce_with_headers(&bootstrap, &topic, sent).await;
+
+    let expected = vec![
+        record(0, 0, Some("a"), Some("1"), trace),
+        record(0, 1, Some("a"), None, &[]),
+        record(2, 0, Some("b"), Some("2"), &[]),
+        record(2, 1, None, Some("3"), trace),
+        record(2, 2, Some("c"), Some(""), &[]),
+    ];
+    let read = kafka::consume_all(&bootstrap, &topic, false, READ_TIMEOUT).await;
+    assert_eq!(read, expected);
+
+    assert_eq!(
+        kafka::high_watermarks(&bootstrap, &topic).await,
+        vec![2, 0, 3]
+    );
+    let again = kafka::consume_all(&bootstrap, &topic, true, READ_TIMEOUT).await;
+    assert_eq!(
+        again, expected,
+        "a read_committed consumer reads plain records too"
+    );
+}
+
+fn record(
+    partition: i32,
+    offset: i64,
+    key: Option<&str>,
+    value: Option<&str>,
+    headers: &[(&str, &[u8])],
+) -> Record {
+    Record {
+        partition,
+        offset,
+        key: key.map(|k| k.as_bytes().to_vec()),
+        value: value.map(|v| v.as_bytes().to_vec()),
+        headers: headers
+            .iter()
+            .map(|&(name, value)| (name.to_owned(), value.to_vec()))
+            .collect(),
+    }
+}
