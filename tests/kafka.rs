@@ -391,6 +391,91 @@ async fn an_upsert_sink_writes_each_change_once_across_a_crash() {
     );
 }
 
+/// Kill points spread over a run, seeded from the clock (the seed is printed
+/// so that a failing run can be repeated).
+struct KillPoints(u64);
+
+impl KillPoints {
+    fn new() -> KillPoints {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .subsec_nanos() as u64;
+        eprintln!("kill points seed: {seed}");
+        KillPoints(seed)
+    }
+
+    /// A delay of up to `max_ms` before the next kill.
+    fn next(&mut self, max_ms: u64) -> Duration {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        Duration::from_millis((self.0 >> 33) % max_ms)
+    }
+}
+
+async fn produce_events(bootstrap: &str, topic: &str, range: std::ops::Range<i64>) {
+    let payloads: Vec<(Vec<u8>, i32)> = range
+        .map(|i| {
+            let json = format!(r#"{{"id": {i}, "g": "g{}", "v": {}}}"#, i % 11, i % 97);
+            (json.into_bytes(), (i % 3) as i32)
+        })
+        .collect();
+    let records: Vec<kafka::Outgoing> = payloads
+        .iter()
+        .map(|(p, partition)| (None, Some(p.as_slice()), Some(*partition)))
+        .collect();
+    kafka::produce(bootstrap, topic, &records).await;
+}
+
+/// Source, view and sink together, with weir killed at random points while
+/// events arrive: the view counts every event once, and the sink's topic,
+/// read committed, holds every change once and folds to the view.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kafka_pipeline_is_exactly_once_under_repeated_sigkill() {
+    let bootstrap = kafka::bootstrap();
+    let input = kafka::unique_topic("torture-in");
+    let output = kafka::unique_topic("torture-out");
+    kafka::create_topic(&bootstrap, &input, 3).await;
+    kafka::create_topic(&bootstrap, &output, 2).await;
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE ev (id BIGINT, g VARCHAR, v BIGINT) {} FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW totals AS SELECT g, sum(v) AS total, count(*) AS n \
+               FROM ev GROUP BY g;
+             CREATE SINK s FROM totals {} FORMAT UPSERT ENCODE JSON",
+            with(&input, &bootstrap, ""),
+            with(&output, &bootstrap, "")
+        ))
+        .await
+        .expect("pipeline");
+    let mut kills = KillPoints::new();
+    let rounds = 4;
+    let per_round = 1500;
+    for round in 0..rounds {
+        produce_events(
+            &bootstrap,
+            &input,
+            round * per_round..(round + 1) * per_round,
+        )
+        .await;
+        tokio::time::sleep(kills.next(400)).await;
+        server.kill();
+        server.restart();
+    }
+    let client = server.connect().await;
+    let total = (rounds * per_round).to_string();
+    wait_for(&client, "SELECT count(*) FROM ev", &[total.as_str()]).await;
+    client.batch_execute("FLUSH").await.expect("flush");
+    let counted = rows(&client, "SELECT sum(n), count(DISTINCT g) FROM totals").await;
+    assert_eq!(counted, [format!("{total}|11")]);
+    let records = wait_for_topic(&bootstrap, &output, &client).await;
+    assert_once(&records);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_source_reads_every_message_once_across_a_crash() {
     let bootstrap = kafka::bootstrap();
