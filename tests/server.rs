@@ -789,3 +789,38 @@ async fn a_full_disk_fails_writes_with_53100_until_space_is_freed() {
         written + 1
     );
 }
+
+/// A generator resumes from the positions committed with its rows: killed
+/// mid-stream, it still writes each of its events exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generator_source_writes_each_event_once_across_sigkill() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'Bid', \
+             nexmark.event.num = '300000', nexmark.split.num = '2')",
+        )
+        .await
+        .expect("create");
+    // Kill it once it is under way, and again right after the restart.
+    while count(&client, "SELECT count(*) FROM bid").await == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.kill();
+    server.restart();
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while rows(&client, "SHOW SOURCES").await != ["bid|nexmark|finished"] {
+        assert!(std::time::Instant::now() < deadline, "the generator never finished");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // 92% of Nexmark events are bids.
+    assert_eq!(count(&client, "SELECT count(*) FROM bid").await, 276_000);
+    assert_eq!(
+        count(&client, "SELECT count(*) FROM (SELECT DISTINCT * FROM bid)").await,
+        276_000
+    );
+}

@@ -40,6 +40,8 @@ pub enum Status {
     Retrying(String),
     /// Stopped for good until the object is recreated or the server restarts.
     Failed(String),
+    /// A bounded generator that has written everything it was asked for.
+    Finished,
 }
 
 impl std::fmt::Display for Status {
@@ -49,6 +51,7 @@ impl std::fmt::Display for Status {
             Status::Running => write!(f, "running"),
             Status::Retrying(why) => write!(f, "retrying: {why}"),
             Status::Failed(why) => write!(f, "failed: {why}"),
+            Status::Finished => write!(f, "finished"),
         }
     }
 }
@@ -232,7 +235,10 @@ where
             _ = stop.stopped() => return,
         };
         match outcome {
-            Ok(()) => return,
+            Ok(()) => {
+                handle.progress.set(Status::Finished);
+                return;
+            }
             Err(Failure::Fatal(why)) => {
                 tracing::error!(cause = %why, "connector stopped");
                 handle.progress.set(Status::Failed(why));

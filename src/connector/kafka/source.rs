@@ -23,7 +23,7 @@ use crate::connector::format::{CsvOptions, Decoder, Encode};
 use crate::connector::{Failure, Handle, Progress, Status};
 use crate::error::{Error, Result};
 use crate::session::Engine;
-use crate::state::writer::{self, UpsertRow, WriteOp};
+use crate::state::writer::{self, WriteOp};
 
 /// Messages that failed: their place in the batch and why.
 type Failed = Vec<(usize, String)>;
@@ -104,18 +104,26 @@ async fn start_positions(
     Ok(list)
 }
 
-/// The next messages: waits for one, then takes whatever else has arrived.
+/// How long a round waits for more messages after its first: every round
+/// is one durable write, so a few milliseconds buy much larger writes.
+const ROUND_WAIT: Duration = Duration::from_millis(10);
+
+/// The next messages: waits for one, then gathers more for a short while.
 async fn next_messages(
     consumer: &StreamConsumer,
 ) -> std::result::Result<Vec<OwnedMessage>, Failure> {
     let first = consumer.recv().await?.detach();
+    let deadline = tokio::time::Instant::now() + ROUND_WAIT;
     let mut out = vec![first];
     while out.len() < MAX_BATCH {
-        match consumer.recv().now_or_never() {
-            Some(Ok(message)) => out.push(message.detach()),
-            Some(Err(e)) => return Err(e.into()),
-            None => break,
-        }
+        let next = match consumer.recv().now_or_never() {
+            Some(ready) => ready,
+            None => match tokio::time::timeout_at(deadline, consumer.recv()).await {
+                Ok(ready) => ready,
+                Err(_) => break,
+            },
+        };
+        out.push(next?.detach());
     }
     Ok(out)
 }
@@ -281,7 +289,7 @@ impl Reader {
             rows.extend(read.rows);
         }
         let watermark = self.marks.watermark(self.engine.config.idle_timeout);
-        let op = self.write_op(rows)?;
+        let op = self.write_op(rows);
         let written = self
             .engine
             .writer
@@ -304,7 +312,11 @@ impl Reader {
             .iter()
             .map(|m| m.payload().unwrap_or_default())
             .collect();
-        let (rows, mut failed) = self.decode(messages, &payloads)?;
+        let Decoded {
+            rows,
+            mut failed,
+            values,
+        } = self.decode(messages, &payloads)?;
         failed.sort_by_key(|(i, _)| *i);
         let mut bad = Vec::new();
         let mut fatal = None;
@@ -335,8 +347,11 @@ impl Reader {
             0 => messages[0].offset(),
             n => messages[n - 1].offset() + 1,
         };
-        let values: Vec<RecordBatch> = rows.iter().filter_map(|r| r.values.clone()).collect();
-        let mark = self.table.watermark_of(&values)?;
+        // Value rows are in message order: those before the cut are a prefix.
+        let taken = rows.iter().filter(|r| r.row.is_some()).count();
+        let mark = self
+            .table
+            .watermark_of(&[values.slice(0, taken.min(values.num_rows()))])?;
         Ok(Read {
             partition,
             next,
@@ -388,14 +403,24 @@ impl Reader {
     }
 }
 
-/// A message read into a row (or a key to delete).
+/// A message read into its change: a row to add (or to set, for a keyed
+/// table), or a key to delete; encoded once per batch, not per message.
 struct Row {
     /// The message's place in its partition's batch.
     index: usize,
-    /// The table row; `None` for an upsert tombstone.
-    values: Option<RecordBatch>,
-    /// The key columns of a tombstone.
-    key: Option<RecordBatch>,
+    /// The encoded key, for a keyed table.
+    key: Option<Vec<u8>>,
+    /// The encoded row; `None` for an upsert tombstone.
+    row: Option<Vec<u8>>,
+}
+
+/// One partition's messages decoded.
+struct Decoded {
+    /// In message order.
+    rows: Vec<Row>,
+    failed: Failed,
+    /// The rows with values, as a batch in message order: for the watermark.
+    values: RecordBatch,
 }
 
 impl Reader {
@@ -404,12 +429,12 @@ impl Reader {
         &mut self,
         messages: &[OwnedMessage],
         payloads: &[&[u8]],
-    ) -> std::result::Result<(Vec<Row>, Failed), Failure> {
+    ) -> std::result::Result<Decoded, Failure> {
         let upsert = self.keys.is_some();
         let valued: Vec<usize> = (0..messages.len())
             .filter(|i| messages[*i].payload().is_some())
             .collect();
-        let mut failed: Vec<(usize, String)> = Vec::new();
+        let mut failed: Failed = Vec::new();
         if !upsert {
             failed.extend(
                 (0..messages.len())
@@ -429,29 +454,50 @@ impl Reader {
                 .map(|(i, why)| (valued[*i], why.clone())),
         );
         let full = self.with_metadata(&decoded.batch, &decoded.rows, &valued, messages)?;
-        let (full, nulls) = drop_null_violations(&self.table, full)?;
-        let mut rows = Vec::with_capacity(full.num_rows());
-        let mut kept = 0;
-        for (n, at) in decoded.rows.iter().enumerate() {
-            let index = valued[*at];
-            if let Some(why) = nulls.get(&n) {
-                failed.push((index, why.clone()));
-                continue;
+        let (values, nulls) = drop_null_violations(&self.table, full)?;
+        let indices: Vec<usize> = decoded.rows.iter().map(|at| valued[*at]).collect();
+        let mut kept = Vec::with_capacity(values.num_rows());
+        for (n, index) in indices.into_iter().enumerate() {
+            match nulls.get(&n) {
+                Some(why) => failed.push((index, why.clone())),
+                None => kept.push(index),
             }
-            rows.push(Row {
-                index,
-                values: Some(full.slice(kept, 1)),
-                key: None,
-            });
-            kept += 1;
         }
+        let mut rows = self.encode(&values, &kept)?;
         if upsert {
             let (tombstones, bad) = self.tombstones(messages)?;
             failed.extend(bad);
             rows.extend(tombstones);
             rows.sort_by_key(|r| r.index);
         }
-        Ok((rows, failed))
+        Ok(Decoded {
+            rows,
+            failed,
+            values,
+        })
+    }
+
+    /// Encode a batch's rows (and keys, for a keyed table) in one go.
+    fn encode(
+        &self,
+        batch: &RecordBatch,
+        indices: &[usize],
+    ) -> std::result::Result<Vec<Row>, Failure> {
+        let codec = &self.table.codec;
+        let rows = codec.encode_rows(batch)?;
+        let keys = match self.table.def.is_keyed() {
+            true => Some(codec.encode_keys(batch)?),
+            false => None,
+        };
+        Ok(indices
+            .iter()
+            .enumerate()
+            .map(|(n, index)| Row {
+                index: *index,
+                key: keys.as_ref().map(|k| k.row(n).data().to_vec()),
+                row: Some(rows.row(n).data().to_vec()),
+            })
+            .collect())
     }
 
     /// The keys of an upsert table's tombstones (messages without a value).
@@ -462,21 +508,17 @@ impl Reader {
         let Some(keys) = self.keys.as_mut() else {
             return Ok((Vec::new(), Vec::new()));
         };
-        let empty: Vec<usize> = (0..messages.len())
-            .filter(|i| messages[*i].payload().is_none())
-            .collect();
         let mut failed = Vec::new();
-        let with_key: Vec<usize> = empty
-            .iter()
-            .copied()
-            .filter(|i| {
-                let has = messages[*i].key().is_some();
-                if !has {
-                    failed.push((*i, "a message without value or key deletes nothing".into()));
+        let mut with_key = Vec::new();
+        for (i, message) in messages.iter().enumerate() {
+            match (message.payload(), message.key()) {
+                (Some(_), _) => {}
+                (None, Some(_)) => with_key.push(i),
+                (None, None) => {
+                    failed.push((i, "a message without value or key deletes nothing".into()))
                 }
-                has
-            })
-            .collect();
+            }
+        }
         let key_payloads: Vec<&[u8]> = with_key
             .iter()
             .map(|i| messages[*i].key().unwrap_or_default())
@@ -490,14 +532,16 @@ impl Reader {
                 .iter()
                 .map(|(i, why)| (with_key[*i], format!("key: {why}"))),
         );
+        let full = key_only_rows(&self.table, &decoded.batch)?;
+        let encoded = self.table.codec.encode_keys(&full)?;
         let rows = decoded
             .rows
             .iter()
             .enumerate()
             .map(|(n, at)| Row {
                 index: with_key[*at],
-                values: None,
-                key: Some(decoded.batch.slice(n, 1)),
+                key: Some(encoded.row(n).data().to_vec()),
+                row: None,
             })
             .collect();
         Ok((rows, failed))
@@ -528,61 +572,26 @@ impl Reader {
     }
 
     /// The write for a round's rows.
-    fn write_op(&self, rows: Vec<Row>) -> std::result::Result<WriteOp, Failure> {
-        let table = &self.table;
-        let values: Vec<RecordBatch> = rows.iter().filter_map(|r| r.values.clone()).collect();
-        let encode = |batches: &[RecordBatch]| -> Result<Vec<Vec<u8>>> {
-            let mut out = Vec::new();
-            for batch in batches {
-                let encoded = table.codec.encode_rows(batch)?;
-                out.extend(encoded.iter().map(|r| r.data().to_vec()));
-            }
-            Ok(out)
-        };
-        let op = if table.def.append_only {
-            WriteOp::Append {
-                rows: encode(&values)?,
-            }
-        } else if table.def.is_keyed() {
-            WriteOp::Upsert {
-                rows: self.upserts(rows)?,
-            }
-        } else {
-            WriteOp::InsertUnkeyed {
-                rows: encode(&values)?,
-            }
-        };
-        Ok(op)
-    }
-
-    /// Keyed rows in message order: a value sets its key's row, a tombstone deletes it.
-    fn upserts(&self, rows: Vec<Row>) -> Result<Vec<UpsertRow>> {
-        let table = &self.table;
-        let mut out = Vec::with_capacity(rows.len());
-        for row in rows {
-            match (row.values, row.key) {
-                (Some(values), _) => {
-                    let key = table.codec.encode_keys(&values)?;
-                    let encoded = table.codec.encode_rows(&values)?;
-                    out.push((
-                        key.row(0).data().to_vec(),
-                        Some(encoded.row(0).data().to_vec()),
-                    ));
-                }
-                (None, Some(key)) => {
-                    let full = key_only_row(table, &key)?;
-                    let key = table.codec.encode_keys(&full)?;
-                    out.push((key.row(0).data().to_vec(), None));
-                }
-                (None, None) => {}
-            }
+    fn write_op(&self, rows: Vec<Row>) -> WriteOp {
+        let def = &self.table.def;
+        if def.is_keyed() {
+            // A keyed table keeps the last value per key, as an upsert does.
+            let rows = rows
+                .into_iter()
+                .filter_map(|r| Some((r.key?, r.row)))
+                .collect();
+            return WriteOp::Upsert { rows };
         }
-        Ok(out)
+        let rows = rows.into_iter().filter_map(|r| r.row).collect();
+        match def.append_only {
+            true => WriteOp::Append { rows },
+            false => WriteOp::InsertUnkeyed { rows },
+        }
     }
 }
 
-/// A one-row batch of the table with only the key columns set.
-fn key_only_row(table: &Table, key: &RecordBatch) -> Result<RecordBatch> {
+/// Rows of the table with only the key columns set.
+fn key_only_rows(table: &Table, key: &RecordBatch) -> Result<RecordBatch> {
     let schema = &table.nullable_schema;
     let columns = schema
         .fields()
