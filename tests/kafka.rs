@@ -576,6 +576,56 @@ async fn startup_modes_choose_where_a_new_source_begins() {
     wait_for(&client, "SELECT count(*) FROM early", &["3"]).await;
 }
 
+/// `transactional = 'true'` writes each epoch in a Kafka transaction. On a
+/// broker with transactions (Apache Kafka) a read_committed consumer sees
+/// every change once; on one without (the test suite's nisshi refuses
+/// InitProducerId) the sink says so in SHOW SINKS and retries, and weir
+/// carries on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transactional_sink_commits_epochs_or_says_why_it_cannot() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("txn");
+    kafka::create_topic(&bootstrap, &topic, 2).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, g VARCHAR, v BIGINT);
+             INSERT INTO t SELECT value AS id, 'g' || (value % 5) AS g, value AS v \
+               FROM generate_series(1, 50);
+             CREATE MATERIALIZED VIEW totals AS SELECT g, sum(v) AS total, count(*) AS n \
+               FROM t GROUP BY g;
+             CREATE SINK s FROM totals {} FORMAT UPSERT ENCODE JSON",
+            with(&topic, &bootstrap, ", transactional = 'true'")
+        ))
+        .await
+        .expect("sink");
+    client
+        .batch_execute("UPDATE t SET v = v * 2 WHERE id % 2 = 0; FLUSH")
+        .await
+        .expect("update");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = rows(&client, "SELECT 1").await;
+        assert_eq!(status, ["1"], "weir answers while the sink retries");
+        let sinks = rows(&client, "SHOW SINKS").await;
+        if sinks[0].contains("retrying") {
+            assert!(sinks[0].to_lowercase().contains("transaction"), "{sinks:?}");
+            return;
+        }
+        let records = kafka::consume_all(&bootstrap, &topic, true, Duration::from_secs(10)).await;
+        if fold(&records) == expected_upserts(&client).await {
+            assert_once(&records);
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "neither committed nor refused: {sinks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_debezium_sink_says_what_each_change_was() {
     let bootstrap = kafka::bootstrap();
