@@ -814,7 +814,10 @@ async fn a_generator_source_writes_each_event_once_across_sigkill() {
     let client = server.connect().await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while rows(&client, "SHOW SOURCES").await != ["bid|nexmark|finished"] {
-        assert!(std::time::Instant::now() < deadline, "the generator never finished");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the generator never finished"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     // 92% of Nexmark events are bids.

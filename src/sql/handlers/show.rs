@@ -170,6 +170,14 @@ pub fn describe(engine: &Arc<Engine>, name: &str) -> Result<Output> {
             None,
         ]);
     }
+    if let Some(connector) = &table.def.connector {
+        rows.push(vec![
+            Some("connector".into()),
+            Some(connector.connector.clone()),
+            None,
+            None,
+        ]);
+    }
     if table.def.append_only {
         rows.push(vec![
             Some("append only".into()),
