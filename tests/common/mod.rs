@@ -63,40 +63,64 @@ impl TestServer {
         &self.dir
     }
 
+    /// Start weir on fresh ports. Ports are picked free and then handed
+    /// over, so another test can take one in between; weir then exits at
+    /// bind, and this starts it again on new ports.
     fn spawn(&mut self) {
-        self.port = free_port();
-        self.http_port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_weir"))
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            .arg("--http-listen")
-            .arg(format!("127.0.0.1:{}", self.http_port))
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(&self.args)
-            .env("WEIR_LOG", "warn")
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start weir");
-        self.child = Some(child);
-        self.wait_ready();
+        for _ in 0..5 {
+            self.port = free_port();
+            self.http_port = free_port();
+            let child = Command::new(env!("CARGO_BIN_EXE_weir"))
+                .arg("serve")
+                .arg("--listen")
+                .arg(format!("127.0.0.1:{}", self.port))
+                .arg("--http-listen")
+                .arg(format!("127.0.0.1:{}", self.http_port))
+                .arg("--data-dir")
+                .arg(&self.dir)
+                .args(&self.args)
+                .env("WEIR_LOG", "warn")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("start weir");
+            self.child = Some(child);
+            if self.wait_ready() {
+                return;
+            }
+        }
+        panic!("weir exited at start five times");
     }
 
-    fn wait_ready(&mut self) {
+    /// Whether weir accepts connections; false when it exited first.
+    fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                // The listener may be another process's that holds the port
+                // while ours fails to bind: ours must still be running.
+                std::thread::sleep(Duration::from_millis(200));
+                return !self.exited();
             }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                panic!("weir exited before accepting connections: {status}");
+            if self.exited() {
+                return false;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("weir did not accept connections within 30 s");
+    }
+
+    fn exited(&mut self) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                eprintln!("weir exited at start ({status}); starting it again");
+                self.child = None;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// SIGKILL the server: nothing gets to flush or clean up.
