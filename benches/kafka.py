@@ -157,6 +157,12 @@ def with_clause(broker: Broker, topic: str) -> str:
             f"properties.bootstrap.server = '{broker.bootstrap}')")
 
 
+def measured(phase: str, args, seconds: float, cpu: float, windows: int, expected: int) -> dict:
+    return {"phase": phase, "seconds": seconds, "cpu": cpu,
+            "events_per_s": args.events / seconds, "events_per_cpu_s": args.events / cpu,
+            "windows": windows, "expected": expected}
+
+
 def run_kafka(args, broker: Broker, topic: str, rep: int) -> dict:
     out = f"q7-kafka-{os.getpid()}-{rep}"
     broker.create_topic(out, 1)
@@ -171,11 +177,9 @@ def run_kafka(args, broker: Broker, topic: str, rep: int) -> dict:
         conn.execute(f"CREATE SINK out FROM q7 {with_clause(broker, out)} FORMAT PLAIN ENCODE JSON")
         expected = closed_windows(args.events)
         t1 = wait_until(lambda: broker.messages(out) >= expected, 1800, "kafka sink output")
-        cpu = server.cpu_seconds() - cpu0
-        run = {"phase": "kafka", "seconds": t1 - t0, "cpu": cpu,
-               "events_per_s": args.events / (t1 - t0), "events_per_cpu_s": args.events / cpu,
-               "windows": broker.messages(out), "expected": expected}
-        log(f"kafka run {rep}: {run['events_per_s']:,.0f} events/s, {cpu:.1f} CPU-s")
+        run = measured("kafka", args, t1 - t0, server.cpu_seconds() - cpu0,
+                       broker.messages(out), expected)
+        log(f"kafka run {rep}: {run['events_per_s']:,.0f} events/s, {run['cpu']:.1f} CPU-s")
         if rep == args.repeat - 1 and args.backlog:
             run["recovery"] = recovery(args, broker, topic, server, conn)
         return run
@@ -226,11 +230,9 @@ def run_embedded(args, broker: Broker, rep: int) -> dict:
                 copy.write("".join(rows).encode())
         expected = closed_windows(args.events)
         t1 = wait_until(lambda: broker.messages(out) >= expected, 1800, "embedded sink output")
-        cpu = server.cpu_seconds() - cpu0
-        run = {"phase": "embedded", "seconds": t1 - t0, "cpu": cpu,
-               "events_per_s": args.events / (t1 - t0), "events_per_cpu_s": args.events / cpu,
-               "windows": broker.messages(out), "expected": expected}
-        log(f"embedded run {rep}: {run['events_per_s']:,.0f} events/s, {cpu:.1f} CPU-s")
+        run = measured("embedded", args, t1 - t0, server.cpu_seconds() - cpu0,
+                       broker.messages(out), expected)
+        log(f"embedded run {rep}: {run['events_per_s']:,.0f} events/s, {run['cpu']:.1f} CPU-s")
         return run
     finally:
         server.stop()

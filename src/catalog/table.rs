@@ -61,6 +61,30 @@ pub struct WatermarkDef {
 }
 
 impl TableDef {
+    /// An append-only table with one partition and nothing else set: the
+    /// system tables weir keeps, and tests.
+    pub fn append_only(
+        id: u64,
+        name: &str,
+        columns: Vec<ColumnDef>,
+        definition: String,
+    ) -> TableDef {
+        TableDef {
+            id,
+            name: name.into(),
+            columns,
+            primary_key: Vec::new(),
+            append_only: true,
+            watermark: None,
+            partitions: 1,
+            definition,
+            is_view: false,
+            multiset: false,
+            watermarked: false,
+            connector: None,
+        }
+    }
+
     /// The log topic every write to this table goes to. Topics share the id space of objects.
     pub fn topic(&self) -> u64 {
         self.id

@@ -34,31 +34,24 @@ pub fn definition(id: u64) -> TableDef {
     };
     let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None).to_string();
     let text = || "Utf8".to_string();
-    TableDef {
+    let columns = vec![
+        column("source", text(), "character varying"),
+        column("topic", text(), "character varying"),
+        column("partition", "Int32".into(), "integer"),
+        column("offset", "Int64".into(), "bigint"),
+        column("error", text(), "character varying"),
+        column("payload", text(), "character varying"),
+        column("arrival_time", timestamp, "timestamp without time zone"),
+    ];
+    TableDef::append_only(
         id,
-        name: SOURCE_ERRORS.into(),
-        columns: vec![
-            column("source", text(), "character varying"),
-            column("topic", text(), "character varying"),
-            column("partition", "Int32".into(), "integer"),
-            column("offset", "Int64".into(), "bigint"),
-            column("error", text(), "character varying"),
-            column("payload", text(), "character varying"),
-            column("arrival_time", timestamp, "timestamp without time zone"),
-        ],
-        primary_key: Vec::new(),
-        append_only: true,
-        watermark: None,
-        partitions: 1,
-        definition: format!(
+        SOURCE_ERRORS,
+        columns,
+        format!(
             "CREATE TABLE {SOURCE_ERRORS} (source VARCHAR, topic VARCHAR, partition INTEGER, \
              \"offset\" BIGINT, error VARCHAR, payload VARCHAR, arrival_time TIMESTAMP) APPEND ONLY"
         ),
-        is_view: false,
-        multiset: false,
-        watermarked: false,
-        connector: None,
-    }
+    )
 }
 
 /// Append bad messages to the table, arrived at `now` (microseconds).

@@ -257,6 +257,30 @@ where
     }
 }
 
+/// Refuse options the connector does not read, so that a typo is not
+/// silently ignored. Options under `open`'s prefix are checked by their
+/// reader (its second part is how the message lists them).
+pub fn refuse_unknown(
+    connector: &ConnectorDef,
+    known: &[&str],
+    open: Option<(&str, &str)>,
+) -> Result<()> {
+    let unknown = connector.options.keys().find(|key| {
+        !known.contains(&key.as_str()) && open.is_none_or(|(prefix, _)| !key.starts_with(prefix))
+    });
+    let Some(key) = unknown else {
+        return Ok(());
+    };
+    let mut list = known.join(", ");
+    if let Some((_, shown)) = open {
+        list.push_str(&format!(", {shown}"));
+    }
+    Err(Error::InvalidParameter(format!(
+        "option {key} is not known to connector '{}'; known: {list}",
+        connector.connector
+    )))
+}
+
 /// Check a source's connector clauses against its columns, at CREATE.
 pub fn check_source(connector: &ConnectorDef, table: &TableDef) -> Result<()> {
     match connector.connector.as_str() {
@@ -272,7 +296,10 @@ pub fn check_source(connector: &ConnectorDef, table: &TableDef) -> Result<()> {
 /// Check a sink's connector clauses against the relation it reads, at CREATE.
 pub fn check_sink(connector: &ConnectorDef, from: &Table, append_only: bool) -> Result<()> {
     match connector.connector.as_str() {
-        "kafka" => kafka::SinkOptions::parse(connector, from, append_only).map(|_| ()),
+        "kafka" => {
+            let options = kafka::SinkOptions::parse(connector, from)?;
+            options.refuse_retractions(from, append_only)
+        }
         other => Err(Error::InvalidParameter(format!(
             "sinks write to Kafka; connector '{other}' cannot be a sink"
         ))),

@@ -25,29 +25,22 @@ pub fn definition(id: u64) -> TableDef {
         sql_type: sql_type.into(),
         nullable: true,
     };
-    TableDef {
+    let columns = vec![
+        column("object", "Utf8", "character varying"),
+        column("event_time", &timestamp, "timestamp without time zone"),
+        column("watermark", &timestamp, "timestamp without time zone"),
+        column("arrival_time", &timestamp, "timestamp without time zone"),
+        column("row_json", "Utf8", "character varying"),
+    ];
+    TableDef::append_only(
         id,
-        name: LATE_EVENTS.into(),
-        columns: vec![
-            column("object", "Utf8", "character varying"),
-            column("event_time", &timestamp, "timestamp without time zone"),
-            column("watermark", &timestamp, "timestamp without time zone"),
-            column("arrival_time", &timestamp, "timestamp without time zone"),
-            column("row_json", "Utf8", "character varying"),
-        ],
-        primary_key: Vec::new(),
-        append_only: true,
-        watermark: None,
-        partitions: 1,
-        definition: format!(
+        LATE_EVENTS,
+        columns,
+        format!(
             "CREATE TABLE {LATE_EVENTS} (object VARCHAR, event_time TIMESTAMP, watermark TIMESTAMP, \
              arrival_time TIMESTAMP, row_json VARCHAR) APPEND ONLY"
         ),
-        is_view: false,
-        multiset: false,
-        watermarked: false,
-        connector: None,
-    }
+    )
 }
 
 /// Late events as rows of the table, arrived at `now`.

@@ -64,7 +64,11 @@ pub(super) enum Kind {
 
 impl DatagenOptions {
     pub(super) fn parse(connector: &ConnectorDef, table: &TableDef) -> Result<DatagenOptions> {
-        refuse_unknown(connector, DATAGEN_OPTIONS, Some("fields."))?;
+        refuse_unknown(
+            connector,
+            DATAGEN_OPTIONS,
+            Some(("fields.", "fields.<column>.<property>")),
+        )?;
         refuse_unknown_fields(connector, table)?;
         let rate = number(connector, "datagen.rows.per.second")?.unwrap_or(10);
         if rate == 0 {

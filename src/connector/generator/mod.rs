@@ -30,7 +30,7 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use tokio::time::Instant;
 
-use super::{Failure, Handle, Progress, Status};
+use super::{Failure, Handle, Progress, Status, refuse_unknown};
 use crate::catalog::{ConnectorDef, Table, TableDef};
 use crate::error::{Error, Result};
 use crate::session::Engine;
@@ -216,25 +216,6 @@ fn number(connector: &ConnectorDef, key: &str) -> Result<Option<u64>> {
         .parse()
         .map(Some)
         .map_err(|_| Error::InvalidParameter(format!("{key} must be a whole number, not '{text}'")))
-}
-
-/// Refuse options the connector does not read, so that a typo is not
-/// silently ignored. Options under `open` are checked by their reader.
-fn refuse_unknown(connector: &ConnectorDef, known: &[&str], open: Option<&str>) -> Result<()> {
-    let unknown = connector.options.keys().find(|key| {
-        !known.contains(&key.as_str()) && open.is_none_or(|prefix| !key.starts_with(prefix))
-    });
-    let Some(key) = unknown else {
-        return Ok(());
-    };
-    let mut list = known.join(", ");
-    if let Some(prefix) = open {
-        list.push_str(&format!(", {prefix}<column>.<property>"));
-    }
-    Err(Error::InvalidParameter(format!(
-        "option {key} is not known to connector '{}'; known: {list}",
-        connector.connector
-    )))
 }
 
 /// The column types generators make.
@@ -447,28 +428,16 @@ mod tests {
     }
 
     fn table(columns: &[(&str, DataType)]) -> TableDef {
-        TableDef {
-            id: 7,
-            name: "s".into(),
-            columns: columns
-                .iter()
-                .map(|(name, data_type)| ColumnDef {
-                    name: name.to_string(),
-                    data_type: data_type.to_string(),
-                    sql_type: data_type.to_string().to_lowercase(),
-                    nullable: true,
-                })
-                .collect(),
-            primary_key: Vec::new(),
-            append_only: true,
-            watermark: None,
-            partitions: 1,
-            definition: String::new(),
-            is_view: false,
-            multiset: false,
-            watermarked: false,
-            connector: None,
-        }
+        let columns = columns
+            .iter()
+            .map(|(name, data_type)| ColumnDef {
+                name: name.to_string(),
+                data_type: data_type.to_string(),
+                sql_type: data_type.to_string().to_lowercase(),
+                nullable: true,
+            })
+            .collect();
+        TableDef::append_only(7, "s", columns, String::new())
     }
 
     fn timestamp() -> DataType {

@@ -20,8 +20,8 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::Failure;
 use super::format::{CsvOptions, Encode, SinkFormat};
+use super::{Failure, refuse_unknown};
 use crate::catalog::{ConnectorDef, Table, TableDef};
 use crate::error::{Error, Result};
 
@@ -101,17 +101,8 @@ impl Client {
     }
 }
 
-fn refuse_unknown(connector: &ConnectorDef, known: &[&str]) -> Result<()> {
-    for key in connector.options.keys() {
-        if !key.starts_with("properties.") && !known.contains(&key.as_str()) {
-            return Err(Error::InvalidParameter(format!(
-                "option {key} is not known to connector 'kafka'; known: {}, properties.*",
-                known.join(", ")
-            )));
-        }
-    }
-    Ok(())
-}
+/// Options under `properties.` go to librdkafka as they are.
+const PASSED_ON: Option<(&str, &str)> = Some(("properties.", "properties.*"));
 
 fn flag(value: Option<&str>, name: &str) -> Result<bool> {
     match value.map(str::to_lowercase).as_deref() {
@@ -147,6 +138,7 @@ impl SourceOptions {
                 "on_error",
                 "dead_letter.topic",
             ],
+            PASSED_ON,
         )?;
         let client = Client::parse(connector)?;
         let startup = startup(connector)?;
@@ -351,8 +343,25 @@ pub struct SinkOptions {
 }
 
 impl SinkOptions {
-    pub fn parse(connector: &ConnectorDef, from: &Table, append_only: bool) -> Result<SinkOptions> {
-        refuse_unknown(connector, &["topic", "force_append_only", "transactional"])?;
+    /// At CREATE: a relation that can retract rows cannot go out as plain
+    /// inserts, unless told to drop the retractions.
+    pub fn refuse_retractions(&self, from: &Table, append_only: bool) -> Result<()> {
+        if self.format == SinkFormat::Plain && !append_only && !self.force_append_only {
+            return Err(Error::InvalidParameter(format!(
+                "\"{}\" can retract rows, which FORMAT PLAIN cannot carry; use FORMAT UPSERT or \
+                 FORMAT DEBEZIUM, or force_append_only = 'true' to drop retractions",
+                from.def.name
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn parse(connector: &ConnectorDef, from: &Table) -> Result<SinkOptions> {
+        refuse_unknown(
+            connector,
+            &["topic", "force_append_only", "transactional"],
+            PASSED_ON,
+        )?;
         let transactional = flag(connector.option("transactional"), "transactional")?;
         let client = Client::parse(connector)?;
         let force_append_only = flag(
@@ -384,13 +393,6 @@ impl SinkOptions {
                 )));
             }
         };
-        if format == SinkFormat::Plain && !append_only && !force_append_only {
-            return Err(Error::InvalidParameter(format!(
-                "\"{}\" can retract rows, which FORMAT PLAIN cannot carry; use FORMAT UPSERT or \
-                 FORMAT DEBEZIUM, or force_append_only = 'true' to drop retractions",
-                from.def.name
-            )));
-        }
         let key = from.def.primary_key.clone();
         if format != SinkFormat::Plain && key.is_empty() {
             return Err(Error::InvalidParameter(format!(
@@ -420,20 +422,7 @@ mod tests {
 
     #[test]
     fn options_are_checked_with_messages_that_say_what_to_fix() {
-        let table = TableDef {
-            id: 1,
-            name: "s".into(),
-            columns: Vec::new(),
-            primary_key: Vec::new(),
-            append_only: true,
-            watermark: None,
-            partitions: 1,
-            definition: String::new(),
-            is_view: false,
-            multiset: false,
-            watermarked: false,
-            connector: None,
-        };
+        let table = TableDef::append_only(1, "s", Vec::new(), String::new());
         let def = |pairs: &[(&str, &str)]| ConnectorDef {
             connector: "kafka".into(),
             options: pairs

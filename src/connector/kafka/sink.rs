@@ -62,8 +62,7 @@ pub async fn sink(
         .by_id(def.from)
         .map(|o| o.table().clone())
         .ok_or_else(|| Failure::Fatal("the relation it reads was dropped".into()))?;
-    let append_only = true; // checked at CREATE; the encoder enforces it per change
-    let options = SinkOptions::parse(&def.connector, &table, append_only).map_err(fatal)?;
+    let options = SinkOptions::parse(&def.connector, &table).map_err(fatal)?;
     let mut config = options.client.config();
     config
         .set("enable.idempotence", "true")

@@ -169,17 +169,21 @@ impl Marks {
     }
 
     fn watermark(&self, idle: Duration) -> Option<i64> {
-        let marks = || self.by_partition.values().filter_map(|(m, _)| *m);
-        let active = self
+        let active: Vec<Option<i64>> = self
             .by_partition
             .values()
             .filter(|(_, seen)| seen.elapsed() < idle)
-            .map(|(m, _)| *m);
-        match active.clone().next() {
-            // A partition that has no event time yet holds everything back.
-            Some(_) => active.min().flatten(),
-            None => marks().max(),
+            .map(|(mark, _)| *mark)
+            .collect();
+        if active.is_empty() {
+            return self
+                .by_partition
+                .values()
+                .filter_map(|(mark, _)| *mark)
+                .max();
         }
+        // A partition that has no event time yet holds everything back (None sorts first).
+        active.into_iter().min().flatten()
     }
 }
 
@@ -270,7 +274,10 @@ impl Reader {
         for (partition, messages) in by_partition {
             reads.push(self.read(partition, &messages).await?);
         }
-        let bad: Vec<BadMessage> = reads.iter().flat_map(|r| r.bad.clone()).collect();
+        let bad: Vec<BadMessage> = reads
+            .iter_mut()
+            .flat_map(|r| std::mem::take(&mut r.bad))
+            .collect();
         Progress::count(&progress.errors, bad.len() as u64);
         // Kept before the rows commit: after a crash a bad message may be listed twice, never lost.
         let now = self.engine.clock.now().timestamp_micros();
