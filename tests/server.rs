@@ -239,6 +239,81 @@ async fn copy_from_stdin_in_text_and_csv() {
     );
 }
 
+async fn copy_out(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<String, tokio_postgres::Error> {
+    use futures::TryStreamExt;
+    let stream = client.copy_out(sql).await?;
+    let chunks: Vec<bytes::Bytes> = stream.try_collect().await?;
+    Ok(chunks.iter().map(|c| String::from_utf8_lossy(c)).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_to_stdout_round_trips_through_copy_from() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE p (id BIGINT PRIMARY KEY, name VARCHAR, at TIMESTAMP); \
+             CREATE TABLE q (id BIGINT PRIMARY KEY, name VARCHAR, at TIMESTAMP); \
+             INSERT INTO p VALUES (1, 'a,b', '2020-01-01 10:00:00.5'), (2, NULL, NULL), \
+             (3, '', '2020-01-01 00:00:00'), (4, 'tab\there \"q\"', NULL); \
+             CREATE MATERIALIZED VIEW n AS SELECT count(*) AS rows FROM p",
+        )
+        .await
+        .expect("setup");
+    let text = copy_out(&client, "COPY p TO STDOUT").await.expect("text");
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(text.contains("2\t\\N\t\\N\n"), "{text}");
+    let csv = copy_out(
+        &client,
+        "COPY (SELECT * FROM p ORDER BY id) TO STDOUT WITH (FORMAT csv, HEADER)",
+    )
+    .await
+    .expect("csv");
+    assert_eq!(
+        csv,
+        "id,name,at\n1,\"a,b\",2020-01-01 10:00:00.5\n2,,\n3,\"\",2020-01-01 00:00:00\n\
+         4,\"tab\there \"\"q\"\"\",\n"
+    );
+    copy_in(&client, "COPY q FROM STDIN WITH (FORMAT csv, HEADER)", &csv)
+        .await
+        .expect("csv back in");
+    let same = "SELECT count(*) FROM p JOIN q ON p.id = q.id \
+                WHERE p.name IS NOT DISTINCT FROM q.name AND p.at IS NOT DISTINCT FROM q.at";
+    assert_eq!(count(&client, same).await, 4);
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(
+        copy_out(&client, "COPY n TO STDOUT").await.expect("view"),
+        "4\n"
+    );
+    assert_eq!(
+        copy_out(&client, "COPY p (name, id) TO STDOUT (DELIMITER '|') ")
+            .await
+            .expect("columns")
+            .lines()
+            .next(),
+        Some("a,b|1")
+    );
+    for (sql, code) in [
+        ("COPY nope TO STDOUT", "42P01"),
+        ("COPY p (nope) TO STDOUT", "42703"),
+        ("COPY p TO '/tmp/p.txt'", "0A000"),
+        ("COPY p TO STDOUT (FORMAT binary)", "0A000"),
+        ("COPY (DELETE FROM p) TO STDOUT", "0A000"),
+    ] {
+        let err = copy_out(&client, sql).await.expect_err(sql);
+        assert_eq!(err.code().map(|c| c.code()), Some(code), "{sql}: {err:?}");
+    }
+    let err = client
+        .batch_execute("COPY n FROM STDIN")
+        .await
+        .expect_err("into a view");
+    assert_eq!(err.code().map(|c| c.code()), Some("42809"));
+    assert_eq!(count(&client, "SELECT count(*) FROM p").await, 4);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepared_statements_take_parameters() {
     let server = TestServer::start();

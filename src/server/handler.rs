@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
+use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use futures::{Sink, SinkExt, stream};
+use futures::{Sink, SinkExt, StreamExt, stream};
 use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::CopyHandler;
@@ -27,6 +28,7 @@ use crate::error::Error;
 use crate::session::subscribe::{Encoder, Subscription};
 use crate::session::{self, Engine, Metrics, Output, Session};
 use crate::sql::handlers;
+use crate::sql::handlers::copy::CopyFormat;
 use crate::sql::parser::{self, Statement};
 
 /// The handlers pgwire calls, shared by every connection.
@@ -204,7 +206,7 @@ where
         let mut data = bytes::BytesMut::new();
         for row in encode_recordbatch(fields.clone(), batch) {
             let row = row.map_err(|e| Error::Internal(format!("encoding a change: {e}")))?;
-            super::text::copy_text_line(&row, &mut data);
+            super::text::copy_line(&row, &CopyFormat::default(), &mut data);
         }
         Ok(data.freeze())
     };
@@ -272,12 +274,49 @@ fn to_response(
         }
         Output::Transaction { tag, begin: true } => Response::TransactionStart(Tag::new(tag)),
         Output::Transaction { tag, begin: false } => Response::TransactionEnd(Tag::new(tag)),
+        Output::CopyOutRows {
+            schema,
+            batches,
+            format,
+        } => copy_out_rows(schema, batches, format, options)?,
         Output::CopyOut(_) => {
             return Err(to_pg_error(Error::Internal(
                 "a change stream reached the row encoder".into(),
             )));
         }
     })
+}
+
+/// Rows as COPY data: one message a line, as PostgreSQL sends them (the
+/// header, when asked for, rides with the first so that the count is of
+/// rows). Lines are encoded as the client reads them.
+fn copy_out_rows(
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    format: CopyFormat,
+    options: Arc<FormatOptions>,
+) -> PgWireResult<Response> {
+    let fields = Arc::new(arrow_schema_to_pg_fields(
+        &schema,
+        &Format::UnifiedText,
+        Some(options),
+    )?);
+    let columns = fields.len();
+    let mut header = bytes::BytesMut::new();
+    if format.header {
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        super::text::copy_header(&names, &format, &mut header);
+    }
+    let rows = batches.into_iter().flat_map(move |batch| {
+        let batch = super::text::timestamps_as_postgres(batch, &fields);
+        encode_recordbatch(fields.clone(), batch)
+    });
+    let lines = stream::iter(rows).map(move |row| {
+        let mut line = std::mem::take(&mut header);
+        super::text::copy_line(&row?, &format, &mut line);
+        Ok(CopyData::new(line.freeze()))
+    });
+    Ok(Response::CopyOut(CopyResponse::new(0, columns, lines)))
 }
 
 #[async_trait]

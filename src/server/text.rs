@@ -8,6 +8,9 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use pgwire::api::results::{FieldFormat, FieldInfo};
+use pgwire::messages::data::DataRow;
+
+use crate::sql::handlers::copy::CopyFormat;
 
 /// The batch with its text-format timestamp columns rendered as PostgreSQL
 /// renders them (ISO date style); other columns are left alone.
@@ -75,15 +78,14 @@ fn format_micros(micros: i64) -> Option<String> {
     Some(out)
 }
 
-/// One row in COPY's text format: fields as the row encoder wrote them
-/// (each a big-endian length, -1 for NULL, then the text), tab-separated,
-/// with backslash, tab, newline and carriage return escaped, `\N` for NULL.
-pub fn copy_text_line(row: &pgwire::messages::data::DataRow, out: &mut bytes::BytesMut) {
+/// One row as a COPY line in the client's format. The row encoder wrote
+/// each field as a big-endian length (-1 for NULL) and its text.
+pub fn copy_line(row: &DataRow, format: &CopyFormat, out: &mut bytes::BytesMut) {
     let data = &row.data;
     let mut at = 0;
     for field in 0..row.field_count {
         if field > 0 {
-            out.extend_from_slice(b"\t");
+            out.extend_from_slice(&[format.delimiter]);
         }
         let Some(head) = data.get(at..at + 4) else {
             break;
@@ -91,27 +93,69 @@ pub fn copy_text_line(row: &pgwire::messages::data::DataRow, out: &mut bytes::By
         let len = i32::from_be_bytes([head[0], head[1], head[2], head[3]]);
         at += 4;
         if len < 0 {
-            out.extend_from_slice(b"\\N");
+            out.extend_from_slice(format.null.as_bytes());
             continue;
         }
         let end = (at + len as usize).min(data.len());
-        for &byte in &data[at..end] {
-            match byte {
-                b'\\' => out.extend_from_slice(b"\\\\"),
-                b'\t' => out.extend_from_slice(b"\\t"),
-                b'\n' => out.extend_from_slice(b"\\n"),
-                b'\r' => out.extend_from_slice(b"\\r"),
-                other => out.extend_from_slice(&[other]),
-            }
+        if format.csv {
+            csv_field(&data[at..end], format, out);
+        } else {
+            text_field(&data[at..end], format.delimiter, out);
         }
         at = end;
     }
     out.extend_from_slice(b"\n");
 }
 
+/// The text format escapes backslash, the delimiter and line breaks.
+fn text_field(value: &[u8], delimiter: u8, out: &mut bytes::BytesMut) {
+    for &byte in value {
+        match byte {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' if delimiter == b'\t' => out.extend_from_slice(b"\\t"),
+            other if other == delimiter => out.extend_from_slice(&[b'\\', other]),
+            other => out.extend_from_slice(&[other]),
+        }
+    }
+}
+
+/// CSV quotes a value that could be misread: one holding the delimiter, a
+/// quote or a line break, one equal to the NULL string, and the empty
+/// string when NULL is written as nothing.
+fn csv_field(value: &[u8], format: &CopyFormat, out: &mut bytes::BytesMut) {
+    let quote = value == format.null.as_bytes()
+        || value
+            .iter()
+            .any(|&b| b == format.delimiter || matches!(b, b'"' | b'\n' | b'\r'));
+    if !quote {
+        out.extend_from_slice(value);
+        return;
+    }
+    out.extend_from_slice(b"\"");
+    for &byte in value {
+        if byte == b'"' {
+            out.extend_from_slice(b"\"");
+        }
+        out.extend_from_slice(&[byte]);
+    }
+    out.extend_from_slice(b"\"");
+}
+
+/// The header line of a CSV or text COPY: the column names.
+pub fn copy_header(names: &[&str], format: &CopyFormat, out: &mut bytes::BytesMut) {
+    let mut data = bytes::BytesMut::new();
+    for name in names {
+        data.extend_from_slice(&(name.len() as i32).to_be_bytes());
+        data.extend_from_slice(name.as_bytes());
+    }
+    copy_line(&DataRow::new(data, names.len() as i16), format, out);
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{copy_text_line, format_micros};
+    use super::{CopyFormat, copy_line, format_micros};
 
     #[test]
     fn fractions_print_only_their_digits() {
@@ -126,10 +170,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn copy_lines_escape_and_mark_nulls() {
+    fn row(fields: &[Option<&str>]) -> pgwire::messages::data::DataRow {
         let mut data = bytes::BytesMut::new();
-        for field in [Some("a\tb\\c\n"), None, Some("")] {
+        for field in fields {
             match field {
                 Some(text) => {
                     data.extend_from_slice(&(text.len() as i32).to_be_bytes());
@@ -138,9 +181,34 @@ mod tests {
                 None => data.extend_from_slice(&(-1i32).to_be_bytes()),
             }
         }
-        let row = pgwire::messages::data::DataRow::new(data, 3);
+        pgwire::messages::data::DataRow::new(data, fields.len() as i16)
+    }
+
+    #[test]
+    fn copy_lines_escape_and_mark_nulls() {
         let mut out = bytes::BytesMut::new();
-        copy_text_line(&row, &mut out);
+        let fields = [Some("a\tb\\c\n"), None, Some("")];
+        copy_line(&row(&fields), &CopyFormat::default(), &mut out);
         assert_eq!(&out[..], b"a\\tb\\\\c\\n\t\\N\t\n");
+    }
+
+    #[test]
+    fn csv_lines_quote_what_could_be_misread() {
+        let csv = CopyFormat {
+            csv: true,
+            delimiter: b',',
+            header: false,
+            null: String::new(),
+        };
+        let mut out = bytes::BytesMut::new();
+        let fields = [
+            Some("plain"),
+            Some("a,b"),
+            Some("say \"hi\""),
+            None,
+            Some(""),
+        ];
+        copy_line(&row(&fields), &csv, &mut out);
+        assert_eq!(&out[..], b"plain,\"a,b\",\"say \"\"hi\"\"\",,\"\"\n");
     }
 }

@@ -36,6 +36,12 @@ pub enum Output {
     Transaction { tag: &'static str, begin: bool },
     /// A change stream to send as COPY data until the client cancels.
     CopyOut(Box<subscribe::Subscription>),
+    /// Rows to send as COPY data, then `COPY n`.
+    CopyOutRows {
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        format: handlers::copy::CopyFormat,
+    },
 }
 
 impl Output {

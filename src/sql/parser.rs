@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 
 mod connector;
 mod cursor;
+mod precedence;
+
+pub use precedence::fix_distinct_from;
 
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
@@ -240,16 +243,18 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
 
 fn sqlparser_one(tokens: Vec<TokenWithSpan>) -> Result<ast::Statement> {
     let mut parser = Parser::new(&PostgreSqlDialect {}).with_tokens_with_locations(tokens);
-    let statement = parser.parse_statement()?;
+    let mut statement = parser.parse_statement()?;
     expect_end(&parser)?;
+    fix_distinct_from(&mut statement);
     Ok(statement)
 }
 
 /// A stored view query, parsed again at start.
 pub fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
     let mut parser = Parser::new(&PostgreSqlDialect {}).try_with_sql(sql)?;
-    let query = parser.parse_query()?;
+    let mut query = parser.parse_query()?;
     expect_end(&parser)?;
+    fix_distinct_from(&mut query);
     Ok(query)
 }
 
@@ -265,6 +270,7 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
             Ok(_) => Error::from(e),
         }
     })?;
+    fix_distinct_from(&mut statements);
     match statements.len() {
         1 => Ok(Statement::Query(Box::new(statements.remove(0)))),
         _ => Err(Error::Syntax("expected exactly one statement".into())),
@@ -488,8 +494,9 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
         Vec::new()
     };
     parser.expect_keyword(Keyword::AS)?;
-    let query = parser.parse_query()?;
+    let mut query = parser.parse_query()?;
     expect_end(&parser)?;
+    fix_distinct_from(&mut query);
     Ok(CreateView {
         name,
         if_not_exists,

@@ -1,19 +1,19 @@
-//! COPY t [(columns)] FROM STDIN, in PostgreSQL's text and CSV formats.
+//! COPY t [(columns)] FROM STDIN and COPY {t [(columns)] | (query)} TO
+//! STDOUT, in PostgreSQL's text and CSV formats.
 //!
 //! The data is gathered while the client sends it and written as one
 //! statement when it ends: all rows or none. Text is parsed to strings and
 //! cast to the column types with Arrow's cast kernels, so COPY accepts what
 //! a SQL cast from text accepts.
 
-use std::io::Cursor;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringBuilder, new_null_array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::util::display::FormatOptions;
 use sqlparser::ast;
 
+use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
 use crate::session::{CopyIn, Engine, Output, Session};
 use crate::sql::parser::{ident_name, object_name};
@@ -41,8 +41,9 @@ impl Default for CopyFormat {
     }
 }
 
-/// Begin a COPY: check the table and options, then ask the client for data.
-pub fn start(
+/// Begin a COPY: check the table and options, then ask the client for data
+/// (FROM STDIN) or run the query whose rows go to the client (TO STDOUT).
+pub async fn start(
     engine: &Arc<Engine>,
     session: &mut Session,
     statement: &ast::Statement,
@@ -61,9 +62,7 @@ pub fn start(
         ));
     };
     if *to {
-        return Err(Error::NotSupported(
-            "COPY ... TO is not supported yet; use SELECT".into(),
-        ));
+        return copy_to(engine, source, target, options, legacy_options).await;
     }
     if !matches!(target, ast::CopyTarget::Stdin) {
         return Err(Error::NotSupported(
@@ -77,32 +76,7 @@ pub fn start(
     else {
         return Err(Error::Syntax("COPY FROM needs a table".into()));
     };
-    let name = object_name(table_name)?;
-    let table = engine
-        .catalog
-        .table(&name)
-        .ok_or_else(|| Error::UndefinedTable(name.clone()))?;
-    let columns = if columns.is_empty() {
-        (0..table.def.columns.len()).collect()
-    } else {
-        columns
-            .iter()
-            .map(|c| {
-                let name = ident_name(c);
-                table
-                    .def
-                    .columns
-                    .iter()
-                    .position(|d| d.name == name)
-                    .ok_or_else(|| {
-                        Error::UndefinedColumn(format!(
-                            "column \"{name}\" of relation \"{}\" does not exist",
-                            table.def.name
-                        ))
-                    })
-            })
-            .collect::<Result<Vec<_>>>()?
-    };
+    let (table, columns) = resolve(engine, table_name, columns, false)?;
     let format = copy_format(options, legacy_options)?;
     let count = columns.len();
     session.copy = Some(CopyIn {
@@ -112,6 +86,109 @@ pub fn start(
         data: Vec::new(),
     });
     Ok(Output::CopyIn { columns: count })
+}
+
+/// The relation a COPY names and the indices of its listed columns (all of
+/// them when none are listed). COPY FROM fills only tables; COPY TO also
+/// reads views, which in a streaming database are what one exports.
+fn resolve(
+    engine: &Arc<Engine>,
+    table_name: &ast::ObjectName,
+    columns: &[ast::Ident],
+    views: bool,
+) -> Result<(Arc<Table>, Vec<usize>)> {
+    let name = object_name(table_name)?;
+    let table = match engine.catalog.get(&name) {
+        Some(Object::Table(table)) => table,
+        Some(object) if views => object.table().clone(),
+        Some(_) => {
+            return Err(Error::WrongObjectType(format!(
+                "cannot copy to view \"{name}\"; COPY FROM fills tables"
+            )));
+        }
+        None => return Err(Error::UndefinedTable(name)),
+    };
+    if columns.is_empty() {
+        let all = (0..table.def.columns.len()).collect();
+        return Ok((table, all));
+    }
+    let indices = columns
+        .iter()
+        .map(|c| {
+            let name = ident_name(c);
+            table
+                .def
+                .columns
+                .iter()
+                .position(|d| d.name == name)
+                .ok_or_else(|| {
+                    Error::UndefinedColumn(format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        table.def.name
+                    ))
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((table, indices))
+}
+
+/// `COPY ... TO STDOUT`: the rows are computed like a SELECT's, one
+/// consistent snapshot, and the server encodes them as COPY lines.
+async fn copy_to(
+    engine: &Arc<Engine>,
+    source: &ast::CopySource,
+    target: &ast::CopyTarget,
+    options: &[ast::CopyOption],
+    legacy: &[ast::CopyLegacyOption],
+) -> Result<Output> {
+    if !matches!(target, ast::CopyTarget::Stdout) {
+        return Err(Error::NotSupported(
+            "COPY TO writes only to STDOUT; the server does not write files".into(),
+        ));
+    }
+    let format = copy_format(options, legacy)?;
+    let query = match source {
+        ast::CopySource::Query(query) if reads_only(query) => query.to_string(),
+        ast::CopySource::Query(_) => {
+            return Err(Error::NotSupported(
+                "COPY (query) TO STDOUT takes a query that only reads, such as SELECT".into(),
+            ));
+        }
+        ast::CopySource::Table {
+            table_name,
+            columns,
+        } => {
+            let (table, indices) = resolve(engine, table_name, columns, true)?;
+            let list: Vec<String> = indices
+                .iter()
+                .map(|&i| ast::Ident::with_quote('"', &table.def.columns[i].name).to_string())
+                .collect();
+            let name = ast::Ident::with_quote('"', &table.def.name);
+            format!("SELECT {} FROM {name}", list.join(", "))
+        }
+    };
+    let statement = sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
+        .try_with_sql(&query)?
+        .parse_statement()?;
+    match super::query::run(engine, &statement, None).await? {
+        Output::Rows {
+            schema, batches, ..
+        } => Ok(Output::CopyOutRows {
+            schema,
+            batches,
+            format,
+        }),
+        _ => Err(Error::Syntax(
+            "COPY (query) TO STDOUT needs a query that returns rows".into(),
+        )),
+    }
+}
+
+fn reads_only(query: &ast::Query) -> bool {
+    !matches!(
+        *query.body,
+        ast::SetExpr::Insert(_) | ast::SetExpr::Update(_) | ast::SetExpr::Delete(_)
+    )
 }
 
 fn copy_format(
@@ -198,9 +275,7 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
         .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
     let width = copy.columns.len();
     let delimiter = copy.format.delimiter as char;
-    let mut batches = Vec::new();
-    let mut builders = new_builders(width);
-    let mut rows = 0;
+    let mut columns = Columns::new(width);
     for (line_no, line) in text.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line == "\\." || (line.is_empty() && line_no > 0 && rows_remaining_empty(text, line_no))
@@ -218,22 +293,13 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
                 fields.len()
             )));
         }
-        for (builder, field) in builders.iter_mut().zip(fields) {
-            if field == copy.format.null {
-                builder.append_null();
-            } else {
-                builder.append_value(unescape(field));
-            }
-        }
-        rows += 1;
-        if rows % BATCH_ROWS == 0 {
-            batches.push(finish_builders(&mut builders));
-        }
+        columns.push(
+            fields
+                .into_iter()
+                .map(|f| (f != copy.format.null).then(|| unescape(f))),
+        );
     }
-    if rows % BATCH_ROWS != 0 {
-        batches.push(finish_builders(&mut builders));
-    }
-    Ok(batches)
+    Ok(columns.finish())
 }
 
 /// Only a trailing newline produces an empty last line; anywhere else an empty line is a row.
@@ -268,54 +334,70 @@ fn unescape(field: &str) -> String {
     out
 }
 
-fn new_builders(width: usize) -> Vec<StringBuilder> {
-    (0..width).map(|_| StringBuilder::new()).collect()
+/// Parsed fields gathered into string columns, a batch every BATCH_ROWS.
+struct Columns {
+    builders: Vec<StringBuilder>,
+    rows: usize,
+    batches: Vec<Vec<ArrayRef>>,
 }
 
-fn finish_builders(builders: &mut [StringBuilder]) -> Vec<ArrayRef> {
-    builders
-        .iter_mut()
-        .map(|b| Arc::new(b.finish()) as ArrayRef)
-        .collect()
-}
+impl Columns {
+    fn new(width: usize) -> Columns {
+        Columns {
+            builders: (0..width).map(|_| StringBuilder::new()).collect(),
+            rows: 0,
+            batches: Vec::new(),
+        }
+    }
 
-/// CSV format through Arrow's CSV reader, every field read as a string.
-fn parse_csv(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
-    let fields: Vec<Field> = copy
-        .columns
-        .iter()
-        .map(|i| Field::new(format!("c{i}"), DataType::Utf8, true))
-        .collect();
-    let null = regex_literal(&copy.format.null);
-    let reader = datafusion::arrow::csv::ReaderBuilder::new(Arc::new(Schema::new(fields)))
-        .with_header(copy.format.header)
-        .with_delimiter(copy.format.delimiter)
-        .with_batch_size(BATCH_ROWS)
-        .with_null_regex(null)
-        .build(Cursor::new(csv_body(&copy.data)))
-        .map_err(|e| Error::InvalidInput(format!("COPY data: {e}")))?;
-    reader
-        .map(|batch| {
-            batch
-                .map(|b| b.columns().to_vec())
-                .map_err(|e| Error::InvalidInput(format!("COPY data: {e}")))
-        })
-        .collect()
-}
+    fn push(&mut self, fields: impl Iterator<Item = Option<String>>) {
+        for (builder, field) in self.builders.iter_mut().zip(fields) {
+            builder.append_option(field);
+        }
+        self.rows += 1;
+        if self.rows.is_multiple_of(BATCH_ROWS) {
+            self.cut();
+        }
+    }
 
-/// The data up to an end-of-data marker line, if the client sent one.
-fn csv_body(data: &[u8]) -> Vec<u8> {
-    let text = String::from_utf8_lossy(data);
-    match text.find("\n\\.") {
-        Some(end) => text[..=end].as_bytes().to_vec(),
-        None if text.starts_with("\\.") => Vec::new(),
-        None => data.to_vec(),
+    fn cut(&mut self) {
+        let batch = self
+            .builders
+            .iter_mut()
+            .map(|b| Arc::new(b.finish()) as ArrayRef)
+            .collect();
+        self.batches.push(batch);
+    }
+
+    fn finish(mut self) -> Vec<Vec<ArrayRef>> {
+        if !self.rows.is_multiple_of(BATCH_ROWS) {
+            self.cut();
+        }
+        self.batches
     }
 }
 
-fn regex_literal(null: &str) -> regex::Regex {
-    regex::Regex::new(&format!("^{}$", regex::escape(null)))
-        .expect("an escaped literal is a valid regex")
+/// CSV format: an unquoted field equal to the NULL string is NULL.
+fn parse_csv(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
+    let width = copy.columns.len();
+    let skip = usize::from(copy.format.header);
+    let records = super::csv::records(&copy.data, copy.format.delimiter)?;
+    let mut columns = Columns::new(width);
+    for (line, record) in records.into_iter().enumerate().skip(skip) {
+        if record.len() != width {
+            return Err(Error::InvalidInput(format!(
+                "COPY record {}: expected {width} columns, found {}",
+                line + 1,
+                record.len()
+            )));
+        }
+        columns.push(
+            record
+                .into_iter()
+                .map(|f| (f.quoted || f.text != copy.format.null).then_some(f.text)),
+        );
+    }
+    Ok(columns.finish())
 }
 
 /// Strings in data order into a batch in table order, cast to the column types.

@@ -3,6 +3,7 @@
 pub mod connector;
 pub mod copy;
 pub mod create_mv;
+mod csv;
 pub mod ddl;
 pub mod insert;
 pub mod query;
@@ -43,7 +44,7 @@ pub async fn dispatch(
             engine.runtime.flush().await?;
             Ok(Output::command("FLUSH"))
         }
-        Statement::Copy(ast) => copy::start(engine, session, &ast),
+        Statement::Copy(ast) => copy::start(engine, session, &ast).await,
         Statement::Set { name, value } => {
             if value.eq_ignore_ascii_case("default") {
                 session.variables.remove(&name);

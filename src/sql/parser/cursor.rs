@@ -165,8 +165,9 @@ pub fn declare(tokens: &[TokenWithSpan]) -> Result<Statement> {
     } else {
         let mut parser = Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
             .with_tokens_with_locations(body.to_vec());
-        let query = parser.parse_query()?;
+        let mut query = parser.parse_query()?;
         expect_end(&parser)?;
+        super::fix_distinct_from(&mut query);
         CursorSource::Query(Box::new(ast::Statement::Query(query)))
     };
     Ok(Statement::Declare { name, source })
