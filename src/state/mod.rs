@@ -107,6 +107,11 @@ fn family_options(cache: &rocksdb::Cache) -> Options {
     table.set_pin_l0_filter_and_index_blocks_in_cache(true);
     table.set_bloom_filter(10.0, false);
     options.set_block_based_table_factory(&table);
+    // Views and operators look up many keys that are not there yet (a new
+    // row, a new group); a bloom filter over each memtable answers those
+    // without searching it.
+    options.set_memtable_prefix_bloom_ratio(0.02);
+    options.set_memtable_whole_key_filtering(true);
     // Larger memtables mean fewer flushes during bulk loads; the first
     // levels, rewritten soonest by compaction, are not worth compressing.
     options.set_write_buffer_size(64 << 20);

@@ -73,12 +73,14 @@ pub struct Join {
     /// The view, named in late events.
     view: String,
     watermark: Option<i64>,
-    /// Both sides' rows in memory, while the operator's state started empty
+    /// Each side's rows in memory, while the operator's state started empty
     /// and they fit: then a key the memory does not hold is held nowhere.
-    memory: Option<Memory>,
+    /// Each side gives its memory up on its own, so that the small side of
+    /// a join (a few maxima against every bid) stays in memory.
+    memory: [Option<Memory>; 2],
     /// Whether the state has been looked at for `memory` yet.
     checked: bool,
-    /// Rows `memory` may hold (tests lower it).
+    /// Rows each side's `memory` may hold (tests lower it).
     memory_limit: usize,
     /// Converts join keys; both sides' keys have the same types.
     key_rows: RowConverter,
@@ -92,25 +94,29 @@ pub struct Join {
     preserve: [bool; 2],
 }
 
-/// Rows kept in memory at most; past it the join writes them back and reads
+/// Rows kept in memory per side at most; past it the join writes them back
+/// and reads that side's state from RocksDB from then on.
 /// its state from RocksDB from then on.
 const MEMORY_ROWS: usize = 500_000;
 
 /// One side's rows (row format) by join key (row format), with multiplicities.
 type RowsByKey = HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>;
 
-/// Each side's rows by join key, with multiplicities, and the keys changed
+/// One side's rows by join key, with multiplicities, and the keys changed
 /// since the last barrier (written back to state there).
 #[derive(Default)]
 struct Memory {
-    sides: [RowsByKey; 2],
-    dirty: [std::collections::HashSet<Vec<u8>>; 2],
+    rows: RowsByKey,
+    dirty: std::collections::HashSet<Vec<u8>>,
 }
 
 /// Drop a row from memory by its state suffix: side tag, key length (u32
 /// BE), key, row.
-fn forget(memory: &mut Memory, suffix: &[u8]) {
+fn forget(memory: &mut [Option<Memory>; 2], suffix: &[u8]) {
     let side = usize::from(suffix.first() == Some(&b'r'));
+    let Some(memory) = &mut memory[side] else {
+        return;
+    };
     let Some(len) = suffix
         .get(1..5)
         .and_then(|b| b.try_into().ok())
@@ -122,10 +128,10 @@ fn forget(memory: &mut Memory, suffix: &[u8]) {
         return;
     };
     let row = &suffix[5 + len as usize..];
-    if let Some(rows) = memory.sides[side].get_mut(key) {
+    if let Some(rows) = memory.rows.get_mut(key) {
         rows.remove(row);
         if rows.is_empty() {
-            memory.sides[side].remove(key);
+            memory.rows.remove(key);
         }
     }
 }
@@ -170,7 +176,7 @@ impl Join {
             expiry: None,
             view: String::new(),
             watermark: None,
-            memory: None,
+            memory: [None, None],
             checked: false,
             memory_limit: MEMORY_ROWS,
         })
@@ -229,9 +235,7 @@ impl Join {
         let upper = cx.key(&[b"e".as_slice(), &ordered(watermark)].concat());
         for (key, _) in cx.state.scan(&lower, &upper)? {
             let suffix = &key[lower.len() + 8..];
-            if let Some(memory) = &mut self.memory {
-                forget(memory, suffix);
-            }
+            forget(&mut self.memory, suffix);
             let entry = cx.key(suffix);
             cx.state.delete(entry);
             cx.state.delete(key);
@@ -298,8 +302,9 @@ impl Join {
     /// The rows `side` holds under `key`, with their multiplicities: from
     /// memory while the join keeps its rows there, else from state.
     fn held(&self, cx: &Context<'_>, side: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
-        match &self.memory {
-            Some(memory) => Ok(memory.sides[side]
+        match &self.memory[side] {
+            Some(memory) => Ok(memory
+                .rows
                 .get(key)
                 .map(|rows| {
                     rows.iter()
@@ -321,10 +326,10 @@ impl Join {
         row: &[u8],
         diff: i64,
     ) -> Result<()> {
-        if let Some(memory) = &mut self.memory {
-            let rows = memory.sides[side].entry(key.to_vec()).or_default();
+        if let Some(memory) = &mut self.memory[side] {
+            let rows = memory.rows.entry(key.to_vec()).or_default();
             *rows.entry(row.to_vec()).or_insert(0) += diff;
-            memory.dirty[side].insert(key.to_vec());
+            memory.dirty.insert(key.to_vec());
             return Ok(());
         }
         let state_key = [Self::prefix(cx, side, key).as_slice(), row].concat();
@@ -339,16 +344,16 @@ impl Join {
         Ok(())
     }
 
-    /// Write the rows changed in memory back to state; give the memory up
-    /// once it holds too many.
+    /// Write the rows changed in memory back to state; a side gives its
+    /// memory up once it holds too many.
     fn write_back(&mut self, cx: &mut Context<'_>) {
-        let Some(memory) = &mut self.memory else {
-            return;
-        };
         for side in 0..2 {
-            for key in std::mem::take(&mut memory.dirty[side]) {
+            let Some(memory) = &mut self.memory[side] else {
+                continue;
+            };
+            for key in std::mem::take(&mut memory.dirty) {
                 let prefix = Self::prefix(cx, side, &key);
-                let Some(rows) = memory.sides[side].get_mut(&key) else {
+                let Some(rows) = memory.rows.get_mut(&key) else {
                     continue;
                 };
                 rows.retain(|row, count| {
@@ -361,18 +366,13 @@ impl Join {
                     *count != 0
                 });
                 if rows.is_empty() {
-                    memory.sides[side].remove(&key);
+                    memory.rows.remove(&key);
                 }
             }
-        }
-        let held: usize = memory
-            .sides
-            .iter()
-            .flat_map(|s| s.values())
-            .map(HashMap::len)
-            .sum();
-        if held > self.memory_limit {
-            self.memory = None;
+            let held: usize = memory.rows.values().map(HashMap::len).sum();
+            if held > self.memory_limit {
+                self.memory[side] = None;
+            }
         }
     }
 
@@ -461,7 +461,7 @@ impl Operator for Join {
             self.checked = true;
             let end = prefix_end(cx.prefix);
             if cx.state.first_in(cx.prefix, &end, false)?.is_none() {
-                self.memory = Some(Memory::default());
+                self.memory = [Some(Memory::default()), Some(Memory::default())];
             }
         }
         let side = input.min(1);

@@ -85,22 +85,19 @@ impl Materialize {
     /// Net change per row this epoch, in first-seen order.
     fn consolidate(&self, batch: &ChangeBatch) -> Result<Vec<(Vec<u8>, i64)>> {
         let rows = self.view.codec.encode_rows(batch.rows())?;
-        let mut order: Vec<Vec<u8>> = Vec::new();
-        let mut net: HashMap<Vec<u8>, i64> = HashMap::new();
-        for (i, row) in rows.iter().enumerate() {
-            let entry = net.entry(row.data().to_vec()).or_insert_with(|| {
-                order.push(row.data().to_vec());
-                0
+        let diffs = batch.diffs().values();
+        let mut net: Vec<(Vec<u8>, i64)> = Vec::with_capacity(rows.num_rows());
+        let mut seen: HashMap<&[u8], usize, ahash::RandomState> =
+            HashMap::with_capacity_and_hasher(rows.num_rows(), ahash::RandomState::new());
+        for (row, diff) in rows.iter().zip(diffs.iter()) {
+            let slot = *seen.entry(row.data()).or_insert_with(|| {
+                net.push((row.data().to_vec(), 0));
+                net.len() - 1
             });
-            *entry += batch.diffs().value(i);
+            net[slot].1 += diff;
         }
-        Ok(order
-            .into_iter()
-            .filter_map(|row| {
-                let diff = net.get(&row).copied().unwrap_or(0);
-                (diff != 0).then_some((row, diff))
-            })
-            .collect())
+        net.retain(|(_, diff)| *diff != 0);
+        Ok(net)
     }
 
     fn apply_keyed(&self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
