@@ -40,6 +40,8 @@ pub struct EpochState {
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Pending writes to view contents in the rows family.
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Pending additions to multiset view rows (merged by summing counts).
+    added: Vec<(Vec<u8>, Vec<u8>)>,
     /// Log chunks appended this epoch.
     log: Vec<(Vec<u8>, Vec<u8>)>,
     /// Bytes written so far, roughly: keys and values, overwrites counted
@@ -60,6 +62,7 @@ impl EpochState {
             late: Vec::new(),
             writes: BTreeMap::new(),
             rows: BTreeMap::new(),
+            added: Vec::new(),
             log: Vec::new(),
             bytes,
         }
@@ -69,6 +72,7 @@ impl EpochState {
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
             && self.rows.is_empty()
+            && self.added.is_empty()
             && self.log.is_empty()
             && self.late.is_empty()
     }
@@ -97,6 +101,14 @@ impl EpochState {
     pub fn put_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.count(key.len() + value.len());
         self.rows.insert(key, Some(value));
+    }
+
+    /// Add to a multiset row's multiplicity without reading it: the value
+    /// is `count ++ row`, summed with what is stored when it commits. A key
+    /// takes either this or put/delete within one epoch, never both.
+    pub fn add_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.count(key.len() + value.len());
+        self.added.push((key, value));
     }
 
     pub fn delete_row(&mut self, key: Vec<u8>) {
@@ -225,6 +237,10 @@ impl EpochState {
                     None => batch.delete_cf(family, key),
                 }
             }
+        }
+        let rows = cf(&self.db, CF_ROWS);
+        for (key, value) in std::mem::take(&mut self.added) {
+            batch.merge_cf(rows, key, value);
         }
         let log = cf(&self.db, CF_LOG);
         for (key, chunk) in std::mem::take(&mut self.log) {

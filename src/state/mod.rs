@@ -60,7 +60,13 @@ impl Store {
         let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE);
         let families = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE]
             .into_iter()
-            .map(|name| ColumnFamilyDescriptor::new(name, family_options(&cache)));
+            .map(|name| {
+                let mut options = family_options(&cache);
+                if name == CF_ROWS {
+                    options.set_merge_operator_associative("weir_add_counts", add_counts);
+                }
+                ColumnFamilyDescriptor::new(name, options)
+            });
         let db = DB::open_cf_descriptors(&options, path, families)?;
         Ok(Store { db: Arc::new(db) })
     }
@@ -82,6 +88,25 @@ impl Store {
     pub fn read_view(&self) -> Arc<ReadView> {
         Arc::new(ReadView::new(self.db.clone(), |db| db.snapshot()))
     }
+}
+
+/// A keyless view stores `multiplicity (i64 LE) ++ row` per row. Adding
+/// rows merges such values by summing the multiplicities, so that a view
+/// adds a row without first reading how many it already holds.
+fn add_counts(
+    _key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &rocksdb::MergeOperands,
+) -> Option<Vec<u8>> {
+    let mut values = existing.into_iter().chain(operands);
+    let first = values.next()?;
+    let mut count = i64::from_le_bytes(first.get(..8)?.try_into().ok()?);
+    for value in values {
+        count += i64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+    }
+    let mut out = count.to_le_bytes().to_vec();
+    out.extend_from_slice(&first[8..]);
+    Some(out)
 }
 
 /// Memory for all memtables together.
@@ -230,5 +255,43 @@ impl ReadView {
 impl std::fmt::Debug for ReadView {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ReadView")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{CF_ROWS, Store, cf};
+
+    fn counted(count: i64, row: &[u8]) -> Vec<u8> {
+        [count.to_le_bytes().as_slice(), row].concat()
+    }
+
+    #[test]
+    fn added_rows_sum_their_multiplicities_over_what_is_stored() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let db = store.db();
+        let rows = cf(db, CF_ROWS);
+        db.merge_cf(rows, b"a", counted(2, b"row")).expect("merge");
+        db.merge_cf(rows, b"a", counted(3, b"row")).expect("merge");
+        assert_eq!(
+            db.get_cf(rows, b"a").expect("get"),
+            Some(counted(5, b"row"))
+        );
+        db.put_cf(rows, b"b", counted(1, b"other")).expect("put");
+        db.merge_cf(rows, b"b", counted(1, b"other"))
+            .expect("merge");
+        db.flush_cf(rows).expect("flush");
+        assert_eq!(
+            db.get_cf(rows, b"b").expect("get"),
+            Some(counted(2, b"other"))
+        );
+        db.delete_cf(rows, b"b").expect("delete");
+        db.merge_cf(rows, b"b", counted(1, b"other"))
+            .expect("merge");
+        assert_eq!(
+            db.get_cf(rows, b"b").expect("get"),
+            Some(counted(1, b"other"))
+        );
     }
 }

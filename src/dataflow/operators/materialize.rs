@@ -3,7 +3,8 @@
 //!
 //! Views with a unique key (the group key of an aggregate) store
 //! `view id ++ key -> row`, so a lookup by key is a point read. Other views
-//! store `view id ++ row -> multiplicity ++ row`, a multiset.
+//! store `view id ++ row -> multiplicity ++ row`, a multiset; additions are
+//! RocksDB merges that sum the multiplicities, so appending reads nothing.
 //!
 //! Every changelog chunk carries the view's watermark, so views on this view
 //! see event time advance; a watermark that rises without changes is written
@@ -122,10 +123,16 @@ impl Materialize {
         Ok(())
     }
 
+    /// Additions merge into the stored count unread; only a retraction
+    /// reads it, to delete the row when none is left.
     fn apply_multiset(&self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
         let id = self.view.def.id;
         for (row, diff) in changes {
             let key = keys::row_key(id, row);
+            if *diff > 0 {
+                cx.state.add_row(key, encode_counted(*diff, row));
+                continue;
+            }
             let old = match cx.state.get_row(&key)? {
                 Some(value) => decode_counted(&value)?.0,
                 None => 0,
