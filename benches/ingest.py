@@ -106,6 +106,15 @@ def proc_status_kib(pid: int) -> dict[str, int]:
     return out
 
 
+def reset_peak(pid: int | str) -> None:
+    """Start VmHWM afresh (Linux: 5 > clear_refs) so that a peak is per run."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
 def proc_pss_kib(pid: int) -> int | None:
     """Proportional set size: private pages plus a fair share of shared ones."""
     text = _read(f"/proc/{pid}/smaps_rollup")

@@ -111,20 +111,12 @@ def job(query: str, data: str, parallelism: int) -> dict:
     t_env.execute_sql(f"CREATE TEMPORARY TABLE IF NOT EXISTS sink ({sink}) WITH ('connector' = 'blackhole')")
     me = os.getpid()
     for pid in ingest.descendants(me):
-        reset_peak(pid)
+        ingest.reset_peak(pid)
     cpu0, t0 = ingest.tree_cpu_seconds(me), time.perf_counter()
     t_env.execute_sql(f"INSERT INTO sink {flink_sql(query)}").wait()
     seconds, cpu = time.perf_counter() - t0, ingest.tree_cpu_seconds(me) - cpu0
     peak = sum(ingest.proc_status_kib(pid).get("VmHWM", 0) for pid in ingest.descendants(me))
     return {"seconds": seconds, "cpu_seconds": cpu, "peak_kib": peak}
-
-
-def reset_peak(pid: int) -> None:
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
 
 
 def checksum(query: str, data: str, parallelism: int) -> list:

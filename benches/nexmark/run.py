@@ -57,7 +57,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import ingest  # noqa: E402  (benches/ingest.py: /proc helpers, formatting)
 import queries as Q  # noqa: E402
-from ingest import fmt_int, fmt_mib, free_ports, proc_status_kib  # noqa: E402
+from ingest import fmt_int, fmt_mib, free_ports, proc_status_kib, reset_peak  # noqa: E402
+from ingest import tree_cpu_seconds as cpu_seconds  # noqa: E402
 
 psycopg = ingest.psycopg
 
@@ -71,19 +72,6 @@ ALL_QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"]
 
 def log(msg: str) -> None:
     print(f"[nexmark] {msg}", file=sys.stderr, flush=True)
-
-
-def reset_peak(pid: int | str) -> None:
-    """Start VmHWM afresh (Linux: 5 > clear_refs) so a peak is per run."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def cpu_seconds(pid: int) -> float:
-    return ingest.tree_cpu_seconds(pid)
 
 
 class Weir:

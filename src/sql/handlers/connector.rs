@@ -116,13 +116,8 @@ pub async fn drop_sinks(
 ) -> Result<Output> {
     for name in names {
         let Some(sink) = engine.catalog.sink(name) else {
-            if if_exists {
-                session.notice(format!("sink \"{name}\" does not exist, skipping"));
-                continue;
-            }
-            return Err(Error::UndefinedObject(format!(
-                "sink \"{name}\" does not exist"
-            )));
+            super::ddl::skip_missing(session, crate::catalog::ObjectKind::Sink, name, if_exists)?;
+            continue;
         };
         engine.connectors.stop(sink.id).await;
         engine.catalog.drop_sink(name)?;

@@ -16,7 +16,7 @@ use sqlparser::ast;
 use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
 use crate::session::{CopyIn, Engine, Output, Session};
-use crate::sql::parser::{ident_name, object_name};
+use crate::sql::parser::{ident_name, object_name, parse_query};
 use crate::sql::write;
 
 /// Rows per batch while parsing.
@@ -148,7 +148,7 @@ async fn copy_to(
     }
     let format = copy_format(options, legacy)?;
     let query = match source {
-        ast::CopySource::Query(query) if reads_only(query) => query.to_string(),
+        ast::CopySource::Query(query) if reads_only(query) => query.clone(),
         ast::CopySource::Query(_) => {
             return Err(Error::NotSupported(
                 "COPY (query) TO STDOUT takes a query that only reads, such as SELECT".into(),
@@ -164,13 +164,10 @@ async fn copy_to(
                 .map(|&i| ast::Ident::with_quote('"', &table.def.columns[i].name).to_string())
                 .collect();
             let name = ast::Ident::with_quote('"', &table.def.name);
-            format!("SELECT {} FROM {name}", list.join(", "))
+            parse_query(&format!("SELECT {} FROM {name}", list.join(", ")))?
         }
     };
-    let statement = sqlparser::parser::Parser::new(&sqlparser::dialect::PostgreSqlDialect {})
-        .try_with_sql(&query)?
-        .parse_statement()?;
-    match super::query::run(engine, &statement, None).await? {
+    match super::query::run(engine, &ast::Statement::Query(query), None).await? {
         Output::Rows {
             schema, batches, ..
         } => Ok(Output::CopyOutRows {

@@ -268,14 +268,8 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
     let mut doomed: Vec<Object> = Vec::new();
     for name in &drop.names {
         let Some(object) = engine.catalog.get(name) else {
-            if drop.if_exists {
-                session.notice(format!(
-                    "{} \"{name}\" does not exist, skipping",
-                    drop.kind.noun()
-                ));
-                continue;
-            }
-            return Err(missing(drop.kind, name));
+            skip_missing(session, drop.kind, name, drop.if_exists)?;
+            continue;
         };
         if object.kind() != drop.kind {
             return Err(Error::WrongObjectType(format!(
@@ -347,6 +341,24 @@ fn dependents(engine: &Arc<Engine>, object: &Object) -> Vec<Object> {
 
 fn describe(object: &Object) -> String {
     format!("{} {}", object.kind().noun(), object.table().def.name)
+}
+
+/// DROP of an object that does not exist: a notice with IF EXISTS, else
+/// the error PostgreSQL gives.
+pub fn skip_missing(
+    session: &mut Session,
+    kind: ObjectKind,
+    name: &str,
+    if_exists: bool,
+) -> Result<()> {
+    if !if_exists {
+        return Err(missing(kind, name));
+    }
+    session.notice(format!(
+        "{} \"{name}\" does not exist, skipping",
+        kind.noun()
+    ));
+    Ok(())
 }
 
 fn missing(kind: ObjectKind, name: &str) -> Error {

@@ -317,13 +317,13 @@ pub fn drop_subscriptions(
 ) -> Result<Output> {
     for name in names {
         if engine.catalog.subscription(name).is_none() {
-            if if_exists {
-                session.notice(format!("subscription \"{name}\" does not exist, skipping"));
-                continue;
-            }
-            return Err(Error::UndefinedObject(format!(
-                "subscription \"{name}\" does not exist"
-            )));
+            super::ddl::skip_missing(
+                session,
+                crate::catalog::ObjectKind::Subscription,
+                name,
+                if_exists,
+            )?;
+            continue;
         }
         engine.catalog.drop_subscription(name)?;
     }
