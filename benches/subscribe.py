@@ -14,7 +14,9 @@ so that every epoch retracts and re-inserts thousands of groups.
   throughput  with 0, 1 and --subscribers subscribers attached (each on its
               own connection, `COPY (SUBSCRIBE busy WITH (snapshot = false))
               TO STDOUT`, counting the lines it receives), --rows rows are
-              loaded with COPY and a FLUSH waits for the view. Reported per
+              inserted by psql in statements of --chunk rows
+              (`INSERT ... SELECT ... FROM generate_series`), and a FLUSH
+              waits for the view. Reported per
               subscriber count: view rows/s (load start to FLUSH), the
               server's CPU-seconds up to the FLUSH and up to the last change
               delivered (what the subscribers really cost), and changes
@@ -32,12 +34,13 @@ so that every epoch retracts and re-inserts thousands of groups.
 
 The result is a Markdown section on stdout; progress goes to stderr.
 
-Requirements: Python 3.9+, psycopg 3 (`pip install "psycopg[binary]"`) and a
+Requirements: Python 3.9+, psql, psycopg 3 (`pip install "psycopg[binary]"`) and a
 release build of weir. Linux only (reads /proc).
 
 Examples:
   python3 benches/subscribe.py --weir-bin $HOME/.cache/weir-target-rel/release/weir
   python3 benches/subscribe.py --rows 100000 --repeat 1 --samples 40   # smoke run
+  python3 benches/subscribe.py --server-cpus 0 --client-cpus 1   # server and clients apart
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,6 +63,7 @@ from ingest import percentile  # noqa: E402
 DEFAULT_WEIR_BIN = os.path.join(
     os.environ.get("CARGO_TARGET_DIR", os.path.expanduser("~/.cache/weir-target-rel")),
     "release", "weir")
+PSQL = shutil.which("psql") or "psql"
 TABLE = "CREATE TABLE s (k BIGINT, v BIGINT) APPEND ONLY"
 VIEW = ("CREATE MATERIALIZED VIEW busy AS SELECT k % {groups} AS g, count(*) AS n, "
         "sum(v) AS total FROM s GROUP BY g")
@@ -84,6 +90,7 @@ class Subscriber(threading.Thread):
         self.lines = 0
         self.last_arrival = 0.0
         self.rows: dict[bytes, int] = {}
+        self.lock = threading.Lock()
         self.markers: dict[int, float] = {}
         self.ready = threading.Event()
         self.error: Exception | None = None
@@ -101,16 +108,18 @@ class Subscriber(threading.Thread):
 
     def consume(self, data: bytes) -> None:
         now = time.monotonic()
-        for line in data.splitlines():
-            _, diff, row = line.split(b"\t", 2)
-            self.rows[row] = self.rows.get(row, 0) + int(diff)
-            if self.watch_markers and row.startswith(b"-"):
-                self.markers.setdefault(-int(row.split(b"\t", 1)[0]), now)
+        with self.lock:
+            for line in data.splitlines():
+                _, diff, row = line.split(b"\t", 2)
+                self.rows[row] = self.rows.get(row, 0) + int(diff)
+                if self.watch_markers and row.startswith(b"-"):
+                    self.markers.setdefault(-int(row.split(b"\t", 1)[0]), now)
         self.lines += data.count(b"\n")
         self.last_arrival = now
 
     def contents(self) -> dict[bytes, int]:
-        return {r: n for r, n in self.rows.items() if n != 0}
+        with self.lock:
+            return {r: n for r, n in self.rows.items() if n != 0}
 
     def stop(self) -> None:
         try:
@@ -158,19 +167,30 @@ def wait_delivered(subs: list[Subscriber], expected: dict[bytes, int], limit: fl
             time.sleep(0.05)
 
 
-def load(conn, rows: int, chunk: int, start: int = 0) -> None:
-    for base in range(start, start + rows, chunk):
-        end = min(base + chunk, start + rows)
-        data = "".join(f"{i}\t{i % 97}\n" for i in range(base, end)).encode()
-        with conn.cursor().copy("COPY s FROM STDIN") as copy:
-            copy.write(data)
+def load(server, rows: int, chunk: int) -> None:
+    """Insert `rows` rows in statements of `chunk`, the rows made by the server,
+    from a psql process of its own: this script's threads share one
+    interpreter lock, and 100 busy subscribers would hold back a loader
+    thread far more than the server does."""
+    statements = "".join(
+        f"INSERT INTO s SELECT value, value % 97 FROM generate_series({base}, "
+        f"{min(base + chunk, rows) - 1});\n"
+        for base in range(0, rows, chunk))
+    subprocess.run([PSQL, server.conninfo(), "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"],
+                   input=statements.encode(), check=True, stdout=subprocess.DEVNULL)
 
 
 @contextlib.contextmanager
 def busy_node(args):
     """A fresh node with the stream and the busy view; stopped afterwards."""
     server = ingest.WeirServer(server_args(args))
+    if args.server_cpus:
+        # The child inherits this thread's CPUs at fork; the client's threads,
+        # all started later, inherit the ones set after.
+        os.sched_setaffinity(0, args.server_cpus)
     server.start()
+    if args.client_cpus:
+        os.sched_setaffinity(0, args.client_cpus)
     try:
         with server.connect() as conn:
             conn.execute(TABLE)
@@ -185,7 +205,7 @@ def run_throughput(args, count: int, rep: int) -> dict:
     with busy_node(args) as (server, conn):
         subs = start_subscribers(server, count, watch_markers=False)
         cpu0, t0 = server.cpu_seconds(), time.monotonic()
-        load(conn, args.rows, args.chunk)
+        load(server, args.rows, args.chunk)
         conn.execute("FLUSH")
         seconds, cpu_s = time.monotonic() - t0, server.cpu_seconds() - cpu0
         expected = view_contents(conn)
@@ -255,9 +275,11 @@ def median(runs: list[dict], key: str) -> float | None:
 def markdown(args, runs: list[dict], latency: list[dict]) -> str:
     machine = ingest.machine_info(args.tmp_dir)
     out = ["### Change streams (SUBSCRIBE)", "",
-           f"{args.rows:,} rows into a {args.groups:,}-group view; COPY chunks of {args.chunk:,}; "
+           f"{args.rows:,} rows into a {args.groups:,}-group view; INSERT statements of {args.chunk:,}; "
            f"medians of {args.repeat}; machine: {machine.get('cpu', '?')}, "
-           f"load average {os.getloadavg()[0]:.2f}.", "",
+           f"load average {os.getloadavg()[0]:.2f}; "
+           f"server CPUs {sorted(args.server_cpus) if args.server_cpus else 'all'}, "
+           f"client CPUs {sorted(args.client_cpus) if args.client_cpus else 'all'}.", "",
            "| subscribers | view rows/s | ratio to 0 | server CPU-s to FLUSH | server CPU-s until delivered "
            "| changes delivered/s (all) |",
            "|---|---|---|---|---|---|"]
@@ -282,7 +304,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--weir-bin", default=DEFAULT_WEIR_BIN)
     p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--chunk", type=int, default=20_000)
+    p.add_argument("--chunk", type=int, default=20_000, help="rows per INSERT statement")
     p.add_argument("--groups", type=int, default=10_000)
     p.add_argument("--subscribers", type=int, default=100)
     p.add_argument("--repeat", type=int, default=3)
@@ -290,7 +312,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--load-rate", type=int, default=50_000, help="background rows/s in the latency runs")
     p.add_argument("--phases", default="throughput,latency")
     p.add_argument("--tmp-dir", default=tempfile.gettempdir())
+    p.add_argument("--server-cpus", type=cpu_list, default=None,
+                   help="CPUs for the server, e.g. 0 (default: all)")
+    p.add_argument("--client-cpus", type=cpu_list, default=None,
+                   help="CPUs for this script's loader and subscribers, e.g. 1 (default: all); "
+                        "apart from the server's, so that what the subscribers cost the "
+                        "server is not mixed with what reading the changes costs the clients")
     return p.parse_args(argv)
+
+
+def cpu_list(text: str) -> set[int]:
+    return {int(c) for c in text.split(",")}
 
 
 def main(argv: list[str]) -> int:

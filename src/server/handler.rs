@@ -14,16 +14,26 @@ use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{
+    CopyResponse, DescribePortalResponse, DescribeResponse, DescribeStatementResponse, FieldInfo,
+    QueryResponse, Response, Tag,
+};
 use pgwire::api::stmt::QueryParser;
-use pgwire::api::{ClientInfo, ConnectionManager, PgWireServerHandlers, Type};
+use pgwire::api::store::{Entry, PortalStore};
+use pgwire::api::{
+    ClientInfo, ClientPortalStore, ConnectionManager, DEFAULT_NAME, PgWireServerHandlers, Type,
+};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyOutResponse};
+use pgwire::messages::extendedquery::{
+    Bind, Describe, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
+};
 use pgwire::messages::response::NoticeResponse;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
+use super::coalesce;
 use crate::error::Error;
 use crate::session::subscribe::{Encoder, Subscription};
 use crate::session::{self, Engine, Metrics, Output, Session};
@@ -442,6 +452,49 @@ impl ExtendedQueryHandler for QueryHandler {
 
     fn query_parser(&self) -> Arc<StatementParser> {
         self.parser.clone()
+    }
+
+    async fn on_bind<C>(&self, client: &mut C, message: Bind) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        coalesce::bind(client, message).await
+    }
+
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Prepared>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        match message.target_type {
+            TARGET_TYPE_BYTE_STATEMENT => match client.portal_store().get_statement(name) {
+                Some(Entry::Value(statement)) => {
+                    let response = self.do_describe_statement(client, &statement).await?;
+                    coalesce::describe(client, &response).await
+                }
+                Some(Entry::Empty) => {
+                    coalesce::describe(client, &DescribeStatementResponse::no_data()).await
+                }
+                None => Err(PgWireError::StatementNotFound(name.to_owned())),
+            },
+            TARGET_TYPE_BYTE_PORTAL => match client.portal_store().get_portal(name) {
+                Some(Entry::Value(portal)) => {
+                    let response = self.do_describe_portal(client, &portal).await?;
+                    coalesce::describe(client, &response).await
+                }
+                Some(Entry::Empty) => {
+                    coalesce::describe(client, &DescribePortalResponse::no_data()).await
+                }
+                None => Err(PgWireError::PortalNotFound(name.to_owned())),
+            },
+            other => Err(PgWireError::InvalidTargetType(other)),
+        }
     }
 
     async fn do_query<C>(

@@ -1,5 +1,6 @@
 //! Bytes: the pgwire listener and the HTTP endpoint. Knows no SQL.
 
+mod coalesce;
 mod handler;
 pub mod http;
 mod text;
