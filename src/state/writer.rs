@@ -479,10 +479,28 @@ impl Group {
         Ok(Some(u64::from_be_bytes(raw)))
     }
 
+    /// About what the group's `WriteBatch` will hold: each record's key and
+    /// value plus a few bytes of tag, family and lengths.
+    fn batch_bytes(&self) -> usize {
+        const RECORD: usize = 16;
+        let ops: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::PutRow(k, v) | Op::PutLog(k, v) => k.len() + v.len() + RECORD,
+                Op::DeleteRow(k) => k.len() + RECORD,
+            })
+            .sum();
+        let producers: usize = self.producers.keys().map(|id| id.len() + 40).sum();
+        ops + producers + 64
+    }
+
     fn commit(self, db: &DB, sync: bool) -> Result<()> {
         let rows = cf(db, CF_ROWS);
         let log = cf(db, CF_LOG);
-        let mut batch = WriteBatch::default();
+        // Sized up front: a bulk load's batch would otherwise grow by
+        // doubling, copying itself and faulting in fresh pages each time.
+        let mut batch = WriteBatch::with_capacity_bytes(self.batch_bytes());
         batch.put_cf(
             cf(db, CF_STATE),
             SEQUENCE_KEY,
@@ -573,7 +591,7 @@ impl<'g> Pending<'g> {
     }
 
     fn insert(&mut self, db: &DB, target: &Target, rows: Vec<KeyedRow>) -> Result<u64> {
-        let mut seen = HashSet::with_capacity(rows.len());
+        let mut seen = ahash::AHashSet::with_capacity(rows.len());
         for row in &rows {
             if !seen.insert(row.key.as_slice()) {
                 return Err(duplicate(target, row));

@@ -6,6 +6,7 @@
 //! cast to the column types with Arrow's cast kernels, so COPY accepts what
 //! a SQL cast from text accepts.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringBuilder, new_null_array};
@@ -273,6 +274,7 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
     let width = copy.columns.len();
     let delimiter = copy.format.delimiter as char;
     let mut columns = Columns::new(width);
+    let mut fields: Vec<&str> = Vec::with_capacity(width);
     for (line_no, line) in text.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line == "\\." || (line.is_empty() && line_no > 0 && rows_remaining_empty(text, line_no))
@@ -282,7 +284,8 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
         if line_no == 0 && copy.format.header {
             continue;
         }
-        let fields: Vec<&str> = line.split(delimiter).collect();
+        fields.clear();
+        fields.extend(line.split(delimiter));
         if fields.len() != width {
             return Err(Error::InvalidInput(format!(
                 "COPY line {}: expected {width} columns, found {}",
@@ -292,8 +295,8 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
         }
         columns.push(
             fields
-                .into_iter()
-                .map(|f| (f != copy.format.null).then(|| unescape(f))),
+                .iter()
+                .map(|f| (*f != copy.format.null).then(|| unescape(f))),
         );
     }
     Ok(columns.finish())
@@ -306,9 +309,9 @@ fn rows_remaining_empty(text: &str, line_no: usize) -> bool {
         .all(|l| l.trim_end_matches('\r').is_empty())
 }
 
-fn unescape(field: &str) -> String {
+fn unescape(field: &str) -> Cow<'_, str> {
     if !field.contains('\\') {
-        return field.to_string();
+        return Cow::Borrowed(field);
     }
     let mut out = String::with_capacity(field.len());
     let mut chars = field.chars();
@@ -328,7 +331,7 @@ fn unescape(field: &str) -> String {
             None => out.push('\\'),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// Parsed fields gathered into string columns, a batch every BATCH_ROWS.
@@ -347,7 +350,7 @@ impl Columns {
         }
     }
 
-    fn push(&mut self, fields: impl Iterator<Item = Option<String>>) {
+    fn push<S: AsRef<str>>(&mut self, fields: impl Iterator<Item = Option<S>>) {
         for (builder, field) in self.builders.iter_mut().zip(fields) {
             builder.append_option(field);
         }
