@@ -108,7 +108,8 @@ impl<'a> Planner<'a> {
             Emit::Every { micros } => Some(micros),
             Emit::Changes | Emit::OnWindowClose => None,
         };
-        let sink = Materialize::new(view.clone(), changelog_end, every);
+        let append_only = self.is_append_only(plan);
+        let sink = Materialize::new(view.clone(), changelog_end, every, append_only);
         self.push(Box::new(sink), vec![root]);
         Ok(Dataflow {
             view: view.def.id,

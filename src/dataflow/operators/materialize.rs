@@ -5,6 +5,11 @@
 //! `view id ++ key -> row`, so a lookup by key is a point read. Other views
 //! store `view id ++ row -> multiplicity ++ row`, a multiset; additions are
 //! RocksDB merges that sum the multiplicities, so appending reads nothing.
+//! A keyless view that never retracts (a filter or projection of append-only
+//! inputs) needs no row found by content: each row is stored under the
+//! changelog offset of its change, `view id ++ offset -> multiplicity ++ row`,
+//! so its writes come in key order, as plain puts that flushes and
+//! compactions only move along. Readers see the same values either way.
 //!
 //! Every changelog chunk carries the view's watermark, so views on this view
 //! see event time advance; a watermark that rises without changes is written
@@ -30,6 +35,8 @@ use crate::state::keys;
 
 pub struct Materialize {
     view: Arc<Table>,
+    /// Keyless and never retracting: rows stored under their changelog offsets.
+    append_only: bool,
     /// Changes received this epoch, in order.
     pending: Vec<ChangeBatch>,
     /// The next offset of the changelog topic (one partition).
@@ -72,9 +79,16 @@ pub fn expand_row(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> Result
 }
 
 impl Materialize {
-    pub fn new(view: Arc<Table>, next_offset: u64, every: Option<i64>) -> Materialize {
+    /// `append_only`: the view's input never retracts (see the module doc).
+    pub fn new(
+        view: Arc<Table>,
+        next_offset: u64,
+        every: Option<i64>,
+        append_only: bool,
+    ) -> Materialize {
         Materialize {
             view,
+            append_only,
             pending: Vec::new(),
             next_offset,
             every,
@@ -153,6 +167,23 @@ impl Materialize {
         Ok(())
     }
 
+    /// Each change under the changelog offset it is about to get; called
+    /// before the changelog advances past them.
+    fn append_multiset(&self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
+        let id = self.view.def.id;
+        for (offset, (row, diff)) in (self.next_offset..).zip(changes) {
+            if *diff < 0 {
+                return Err(Error::Internal(format!(
+                    "append-only view \"{}\" received a retraction",
+                    self.view.def.name
+                )));
+            }
+            let key = keys::row_key(id, &offset.to_be_bytes());
+            cx.state.append_row(key, encode_counted(*diff, row));
+        }
+        Ok(())
+    }
+
     fn append_changelog(
         &mut self,
         changes: &[(Vec<u8>, i64)],
@@ -195,7 +226,9 @@ impl Materialize {
         barrier: Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        if self.view.def.multiset {
+        if self.view.def.multiset && self.append_only {
+            self.append_multiset(changes, cx)?;
+        } else if self.view.def.multiset {
             self.apply_multiset(changes, cx)?;
         } else {
             self.apply_keyed(changes, cx)?;
