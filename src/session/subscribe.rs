@@ -22,11 +22,11 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use tokio::sync::watch;
 
 use crate::catalog::{LATE_EVENTS, Table};
-use crate::dataflow::operators::materialize::decode_counted;
 use crate::dataflow::runtime::EPOCH_KEY;
 use crate::error::{Error, Result};
 use crate::log::embedded::{self, Chunk};
 use crate::session::Engine;
+use crate::state::rows::decode_counted;
 use crate::state::writer::SEQUENCE_KEY;
 use crate::state::{CF_ROWS, CF_STATE, ReadView, keys};
 

@@ -90,23 +90,20 @@ impl Store {
     }
 }
 
-/// A keyless view stores `multiplicity (i64 LE) ++ row` per row. Adding
-/// rows merges such values by summing the multiplicities, so that a view
-/// adds a row without first reading how many it already holds.
+/// A keyless view stores `multiplicity ++ row` per row (`rows::encode_counted`).
+/// Adding rows merges such values by summing the multiplicities, so that a
+/// view adds a row without first reading how many it already holds.
 fn add_counts(
     _key: &[u8],
     existing: Option<&[u8]>,
     operands: &rocksdb::MergeOperands,
 ) -> Option<Vec<u8>> {
     let mut values = existing.into_iter().chain(operands);
-    let first = values.next()?;
-    let mut count = i64::from_le_bytes(first.get(..8)?.try_into().ok()?);
+    let (mut count, row) = rows::decode_counted(values.next()?).ok()?;
     for value in values {
-        count += i64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+        count += rows::decode_counted(value).ok()?.0;
     }
-    let mut out = count.to_le_bytes().to_vec();
-    out.extend_from_slice(&first[8..]);
-    Some(out)
+    Some(rows::encode_counted(count, row))
 }
 
 /// Memory for all memtables together.
@@ -260,11 +257,8 @@ impl std::fmt::Debug for ReadView {
 
 #[cfg(test)]
 mod tests {
+    use super::rows::encode_counted as counted;
     use super::{CF_ROWS, Store, cf};
-
-    fn counted(count: i64, row: &[u8]) -> Vec<u8> {
-        [count.to_le_bytes().as_slice(), row].concat()
-    }
 
     #[test]
     fn added_rows_sum_their_multiplicities_over_what_is_stored() {

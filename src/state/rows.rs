@@ -11,7 +11,7 @@ use datafusion::arrow::array::{ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, Rows, SortField};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Encodes and decodes one table's rows and keys.
 pub struct RowCodec {
@@ -82,6 +82,21 @@ impl RowCodec {
         let columns = self.rows.convert_rows(rows)?;
         Ok(RecordBatch::try_new(Arc::clone(&self.schema), columns)?)
     }
+}
+
+/// A keyless view's entry: multiplicity (i64 LE) then the row.
+pub fn encode_counted(count: i64, row: &[u8]) -> Vec<u8> {
+    let mut out = count.to_le_bytes().to_vec();
+    out.extend_from_slice(row);
+    out
+}
+
+pub fn decode_counted(value: &[u8]) -> Result<(i64, &[u8])> {
+    let head: [u8; 8] = value
+        .get(..8)
+        .and_then(|h| h.try_into().ok())
+        .ok_or_else(|| Error::Internal("a view row is truncated".into()))?;
+    Ok((i64::from_le_bytes(head), &value[8..]))
 }
 
 #[cfg(test)]

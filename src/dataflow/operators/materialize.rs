@@ -32,11 +32,12 @@ use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, Stamp, encode_chunk};
 use crate::state::keys;
+use crate::state::rows::{decode_counted, encode_counted};
 
 pub struct Materialize {
     view: Arc<Table>,
     /// Keyless and never retracting: rows stored under their changelog offsets.
-    append_only: bool,
+    offset_keyed: bool,
     /// Changes received this epoch, in order.
     pending: Vec<ChangeBatch>,
     /// The next offset of the changelog topic (one partition).
@@ -47,21 +48,6 @@ pub struct Materialize {
     watermark: Option<i64>,
     /// The watermark the changelog last carried.
     published: Option<i64>,
-}
-
-/// A multiset entry: multiplicity (i64 LE) then the row.
-pub fn encode_counted(count: i64, row: &[u8]) -> Vec<u8> {
-    let mut out = count.to_le_bytes().to_vec();
-    out.extend_from_slice(row);
-    out
-}
-
-pub fn decode_counted(value: &[u8]) -> Result<(i64, &[u8])> {
-    let head: [u8; 8] = value
-        .get(..8)
-        .and_then(|h| h.try_into().ok())
-        .ok_or_else(|| Error::Internal("a view row is truncated".into()))?;
-    Ok((i64::from_le_bytes(head), &value[8..]))
 }
 
 /// A stored view row as the rows it stands for: a multiset view keeps one
@@ -87,8 +73,8 @@ impl Materialize {
         append_only: bool,
     ) -> Materialize {
         Materialize {
+            offset_keyed: append_only && view.def.multiset,
             view,
-            append_only,
             pending: Vec::new(),
             next_offset,
             every,
@@ -226,7 +212,7 @@ impl Materialize {
         barrier: Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        if self.view.def.multiset && self.append_only {
+        if self.offset_keyed {
             self.append_multiset(changes, cx)?;
         } else if self.view.def.multiset {
             self.apply_multiset(changes, cx)?;
