@@ -484,6 +484,13 @@ impl<'a> Planner<'a> {
             LogicalPlan::Filter(f) => self.is_append_only(&f.input),
             LogicalPlan::SubqueryAlias(a) => self.is_append_only(&a.input),
             LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.is_append_only(i)),
+            // A pair of rows that never leave never leaves either; an outer
+            // join retracts its padded rows.
+            LogicalPlan::Join(j) => {
+                j.join_type == datafusion::logical_expr::JoinType::Inner
+                    && self.is_append_only(&j.left)
+                    && self.is_append_only(&j.right)
+            }
             _ => false,
         }
     }

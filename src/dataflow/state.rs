@@ -30,6 +30,14 @@ pub fn read_count(bytes: &[u8]) -> Result<i64> {
     Ok(i64::from_le_bytes(raw))
 }
 
+/// Writes packed in one buffer: each entry is its key's start, key end and
+/// value end (`None` deletes).
+#[derive(Default)]
+struct LastWrites {
+    bytes: Vec<u8>,
+    entries: Vec<(usize, usize, Option<usize>)>,
+}
+
 pub struct EpochState {
     db: Arc<DB>,
     /// Processing time of the epoch, microseconds since the Unix epoch.
@@ -46,6 +54,8 @@ pub struct EpochState {
     appended: Vec<(Vec<u8>, Vec<u8>)>,
     /// Log chunks appended this epoch.
     log: Vec<(Vec<u8>, Vec<u8>)>,
+    /// State writes made as the epoch ends, applied after `writes`.
+    last: LastWrites,
     /// Bytes written so far, roughly: keys and values, overwrites counted
     /// again; shared by every task of a dataflow, which sizes its epochs by it.
     bytes: Arc<AtomicUsize>,
@@ -67,6 +77,7 @@ impl EpochState {
             added: Vec::new(),
             appended: Vec::new(),
             log: Vec::new(),
+            last: LastWrites::default(),
             bytes,
         }
     }
@@ -78,6 +89,7 @@ impl EpochState {
             && self.added.is_empty()
             && self.appended.is_empty()
             && self.log.is_empty()
+            && self.last.entries.is_empty()
             && self.late.is_empty()
     }
 
@@ -151,6 +163,26 @@ impl EpochState {
     pub fn delete(&mut self, key: Vec<u8>) {
         self.count(key.len());
         self.writes.insert(key, None);
+    }
+
+    /// Write state at the end of the epoch from what an operator keeps in
+    /// memory: nothing reads it back before the epoch commits, so it skips
+    /// the ordered map reads go through, and it lands after the epoch's
+    /// other writes. The key is `parts` joined; `None` deletes.
+    pub fn write_last(&mut self, parts: &[&[u8]], value: Option<&[u8]>) {
+        let bytes = &mut self.last.bytes;
+        let start = bytes.len();
+        for part in parts {
+            bytes.extend_from_slice(part);
+        }
+        let key_end = bytes.len();
+        if let Some(value) = value {
+            bytes.extend_from_slice(value);
+        }
+        self.last
+            .entries
+            .push((start, key_end, value.map(|_| bytes.len())));
+        self.count(self.last.bytes.len() - start);
     }
 
     /// The first (or last) live entry with a key in `[lower, upper)`.
@@ -247,6 +279,15 @@ impl EpochState {
                     Some(v) => batch.put_cf(family, key, v),
                     None => batch.delete_cf(family, key),
                 }
+            }
+        }
+        let last = std::mem::take(&mut self.last);
+        let state = cf(&self.db, CF_STATE);
+        for (start, key_end, value_end) in last.entries {
+            let key = &last.bytes[start..key_end];
+            match value_end {
+                Some(end) => batch.put_cf(state, key, &last.bytes[key_end..end]),
+                None => batch.delete_cf(state, key),
             }
         }
         let rows = cf(&self.db, CF_ROWS);

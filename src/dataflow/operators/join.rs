@@ -23,8 +23,15 @@
 //! window operators before it.
 //!
 //! # State layout (under the operator's prefix)
-//! - `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row (row
-//!   format) -> multiplicity (i64 LE)
+//! A side whose rows fit in memory (up to 500,000) keeps them there and
+//! logs its changes to state as chunks, one per barrier, read back on a
+//! restart: a write per epoch rather than one per row. Past the limit, or
+//! in an interval or window join, each row is an entry of its own, keyed
+//! by join key so that a key's rows are found without reading the rest.
+//! - chunks: `c` ++ `l` or `r` ++ sequence (u64 BE) -> records of key
+//!   length (u32 LE), key, row length (u32 LE), row, diff (i64 LE)
+//! - entries: `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row
+//!   (row format) -> multiplicity (i64 LE)
 //! - bounded joins: `e` ++ expiry time (i64, order-preserving) ++ the key
 //!   of the row's entry above (without the prefix) -> empty
 
@@ -42,7 +49,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
-use crate::dataflow::state::read_count;
+use crate::dataflow::state::{EpochState, read_count};
 use crate::error::Result;
 use crate::state::keys::prefix_end;
 
@@ -96,42 +103,330 @@ pub struct Join {
 
 /// Rows kept in memory per side at most; past it the join writes them back
 /// and reads that side's state from RocksDB from then on.
-/// its state from RocksDB from then on.
 const MEMORY_ROWS: usize = 500_000;
 
-/// One side's rows (row format) by join key (row format), with multiplicities.
-type RowsByKey = HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>;
+type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
-/// One side's rows by join key, with multiplicities, and the keys changed
-/// since the last barrier (written back to state there).
-#[derive(Default)]
-struct Memory {
-    rows: RowsByKey,
-    dirty: std::collections::HashSet<Vec<u8>>,
+/// Rows (row format) with their multiplicities: a short list searched in
+/// turn, as most join keys hold a row or two, or a map once it grows.
+enum KeyRows {
+    Few(Vec<(Vec<u8>, i64)>),
+    Many(FastMap<Vec<u8>, i64>),
 }
 
-/// Drop a row from memory by its state suffix: side tag, key length (u32
-/// BE), key, row.
-fn forget(memory: &mut [Option<Memory>; 2], suffix: &[u8]) {
-    let side = usize::from(suffix.first() == Some(&b'r'));
-    let Some(memory) = &mut memory[side] else {
-        return;
-    };
-    let Some(len) = suffix
-        .get(1..5)
-        .and_then(|b| b.try_into().ok())
-        .map(u32::from_be_bytes)
-    else {
-        return;
-    };
-    let Some(key) = suffix.get(5..5 + len as usize) else {
-        return;
-    };
-    let row = &suffix[5 + len as usize..];
-    if let Some(rows) = memory.rows.get_mut(key) {
-        rows.remove(row);
-        if rows.is_empty() {
-            memory.rows.remove(key);
+/// Rows a list holds before it becomes a map.
+const FEW_ROWS: usize = 8;
+
+impl Default for KeyRows {
+    fn default() -> Self {
+        KeyRows::Few(Vec::new())
+    }
+}
+
+impl KeyRows {
+    fn get_mut(&mut self, row: &[u8]) -> Option<&mut i64> {
+        match self {
+            KeyRows::Few(rows) => rows.iter_mut().find(|(r, _)| r == row).map(|(_, c)| c),
+            KeyRows::Many(rows) => rows.get_mut(row),
+        }
+    }
+
+    /// Add a row the list does not hold.
+    fn insert(&mut self, row: Vec<u8>, count: i64) {
+        match self {
+            KeyRows::Few(rows) if rows.len() < FEW_ROWS => rows.push((row, count)),
+            KeyRows::Few(rows) => {
+                let mut map: FastMap<Vec<u8>, i64> = std::mem::take(rows).into_iter().collect();
+                map.insert(row, count);
+                *self = KeyRows::Many(map);
+            }
+            KeyRows::Many(rows) => {
+                rows.insert(row, count);
+            }
+        }
+    }
+
+    fn remove(&mut self, row: &[u8]) -> bool {
+        match self {
+            KeyRows::Few(rows) => match rows.iter().position(|(r, _)| r == row) {
+                Some(at) => {
+                    rows.swap_remove(at);
+                    true
+                }
+                None => false,
+            },
+            KeyRows::Many(rows) => rows.remove(row).is_some(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            KeyRows::Few(rows) => rows.len(),
+            KeyRows::Many(rows) => rows.len(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &i64)> {
+        let (few, many) = match self {
+            KeyRows::Few(rows) => (Some(rows), None),
+            KeyRows::Many(rows) => (None, Some(rows)),
+        };
+        let few = few.into_iter().flatten().map(|(r, c)| (r, c));
+        few.chain(many.into_iter().flatten())
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&Vec<u8>, &mut i64) -> bool) {
+        match self {
+            KeyRows::Few(rows) => rows.retain_mut(|(r, c)| keep(r, c)),
+            KeyRows::Many(rows) => rows.retain(|r, c| keep(r, c)),
+        }
+    }
+}
+
+/// The rows one side holds under one join key.
+#[derive(Default)]
+struct Held {
+    rows: KeyRows,
+    /// Changed since the last barrier, so listed in `Memory::dirty`.
+    dirty: bool,
+}
+
+/// One side's rows by join key (row format), and how they reach state.
+#[derive(Default)]
+struct Memory {
+    keys: FastMap<Vec<u8>, Held>,
+    /// Keys changed since the last barrier, when rows are written back one
+    /// entry each.
+    dirty: Vec<Vec<u8>>,
+    /// Rows held under all keys, zero multiplicities included.
+    rows: usize,
+    /// When set, changes are logged in chunks instead of written back per
+    /// row.
+    chunks: Option<Chunks>,
+}
+
+/// A side's changes, logged to state a chunk per barrier: records of key
+/// length (u32 LE), key, row length (u32 LE), row, diff (i64 LE).
+#[derive(Default)]
+struct Chunks {
+    /// Records since the last barrier, and how many.
+    pending: Vec<u8>,
+    pending_records: usize,
+    /// Sequence numbers of the chunks in state, and the next one's.
+    stored: Vec<u64>,
+    next: u64,
+    /// Records in the stored chunks.
+    records: usize,
+}
+
+/// Chunks are rewritten from memory once they hold more than twice the
+/// live rows and at least this many records (retractions pile up).
+const REWRITE_RECORDS: usize = 100_000;
+
+fn append_record(out: &mut Vec<u8>, key: &[u8], row: &[u8], diff: i64) {
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(&(row.len() as u32).to_le_bytes());
+    out.extend_from_slice(row);
+    out.extend_from_slice(&diff.to_le_bytes());
+}
+
+/// The records of a chunk, `None` past its end or where it is malformed.
+fn next_record<'a>(chunk: &mut &'a [u8]) -> Option<(&'a [u8], &'a [u8], i64)> {
+    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, tail) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = tail;
+        Some(head)
+    }
+    let len = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize;
+    let key_len = len(take(chunk, 4)?);
+    let key = take(chunk, key_len)?;
+    let row_len = len(take(chunk, 4)?);
+    let row = take(chunk, row_len)?;
+    let diff = i64::from_le_bytes(take(chunk, 8)?.try_into().ok()?);
+    Some((key, row, diff))
+}
+
+impl Memory {
+    fn add(&mut self, key: &[u8], row: &[u8], diff: i64) {
+        if let Some(chunks) = &mut self.chunks {
+            append_record(&mut chunks.pending, key, row, diff);
+            chunks.pending_records += 1;
+            self.apply(key, row, diff);
+            return;
+        }
+        let held = match self.keys.get_mut(key) {
+            Some(held) => held,
+            None => self.keys.entry(key.to_vec()).or_default(),
+        };
+        match held.rows.get_mut(row) {
+            Some(count) => *count += diff,
+            None => {
+                held.rows.insert(row.to_vec(), diff);
+                self.rows += 1;
+            }
+        }
+        if !held.dirty {
+            held.dirty = true;
+            self.dirty.push(key.to_vec());
+        }
+    }
+
+    /// Add to a row's multiplicity, dropping the row when it reaches zero.
+    fn apply(&mut self, key: &[u8], row: &[u8], diff: i64) {
+        let held = match self.keys.get_mut(key) {
+            Some(held) => held,
+            None => self.keys.entry(key.to_vec()).or_default(),
+        };
+        let count = match held.rows.get_mut(row) {
+            Some(count) => {
+                *count += diff;
+                *count
+            }
+            None => {
+                held.rows.insert(row.to_vec(), diff);
+                self.rows += 1;
+                diff
+            }
+        };
+        if count == 0 {
+            held.rows.remove(row);
+            self.rows -= 1;
+            if held.rows.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// Rows logged in chunks under `prefix` ++ `c` ++ `tag`, read back.
+    fn from_chunks(stored: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Memory> {
+        let mut memory = Memory::default();
+        let mut chunks = Chunks::default();
+        for (key, value) in stored {
+            let seq = key
+                .len()
+                .checked_sub(8)
+                .and_then(|at| key[at..].try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| {
+                    crate::error::Error::Internal("a join chunk key is malformed".into())
+                })?;
+            chunks.stored.push(seq);
+            chunks.next = chunks.next.max(seq + 1);
+            let mut rest = value.as_slice();
+            while let Some((key, row, diff)) = next_record(&mut rest) {
+                memory.apply(key, row, diff);
+                chunks.records += 1;
+            }
+            if !rest.is_empty() {
+                return Err(crate::error::Error::Internal(
+                    "a join chunk is malformed".into(),
+                ));
+            }
+        }
+        memory.chunks = Some(chunks);
+        Ok(memory)
+    }
+
+    /// Log the changes since the last barrier as one chunk; first rewrite
+    /// the chunks from memory when retractions have made them twice as
+    /// large as the rows they add up to.
+    fn write_chunk(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
+        let Some(chunks) = &mut self.chunks else {
+            return;
+        };
+        if chunks.pending.is_empty() {
+            return;
+        }
+        if chunks.records > REWRITE_RECORDS.max(2 * self.rows) {
+            for seq in std::mem::take(&mut chunks.stored) {
+                state.write_last(&[prefix, b"c", tag, &seq.to_be_bytes()], None);
+            }
+            chunks.pending.clear();
+            chunks.records = 0;
+            chunks.pending_records = self.rows;
+            for (key, held) in &self.keys {
+                for (row, count) in held.rows.iter() {
+                    append_record(&mut chunks.pending, key, row, *count);
+                }
+            }
+        }
+        chunks.records += std::mem::take(&mut chunks.pending_records);
+        let seq = chunks.next;
+        chunks.next += 1;
+        chunks.stored.push(seq);
+        // Moved, not copied; the next chunk is likely as large.
+        let capacity = chunks.pending.len();
+        let chunk = std::mem::replace(&mut chunks.pending, Vec::with_capacity(capacity));
+        state.put([prefix, b"c", tag, &seq.to_be_bytes()].concat(), chunk);
+    }
+
+    /// Write every row one entry each, as the state of a side not in
+    /// memory, and delete the chunks.
+    fn spill(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
+        let Some(chunks) = self.chunks.take() else {
+            return;
+        };
+        for seq in chunks.stored {
+            state.write_last(&[prefix, b"c", tag, &seq.to_be_bytes()], None);
+        }
+        for (key, held) in &self.keys {
+            let len = (key.len() as u32).to_be_bytes();
+            for (row, count) in held.rows.iter() {
+                let value = count.to_le_bytes();
+                state.write_last(&[prefix, tag, &len, key, row], Some(&value));
+            }
+        }
+    }
+
+    /// Drop a row, by its state suffix: side tag, key length (u32 BE), key,
+    /// row.
+    fn forget(&mut self, suffix: &[u8]) {
+        let Some(len) = suffix
+            .get(1..5)
+            .and_then(|b| b.try_into().ok())
+            .map(u32::from_be_bytes)
+        else {
+            return;
+        };
+        let Some(key) = suffix.get(5..5 + len as usize) else {
+            return;
+        };
+        let row = &suffix[5 + len as usize..];
+        if let Some(held) = self.keys.get_mut(key) {
+            if held.rows.remove(row) {
+                self.rows -= 1;
+            }
+            if held.rows.is_empty() {
+                self.keys.remove(key);
+            }
+        }
+    }
+
+    /// Write the rows of the keys changed since the last barrier to state,
+    /// under `prefix` ++ `tag`, and forget those that went to zero.
+    fn write_back(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
+        for key in std::mem::take(&mut self.dirty) {
+            let Some(held) = self.keys.get_mut(&key) else {
+                continue;
+            };
+            held.dirty = false;
+            let len = (key.len() as u32).to_be_bytes();
+            let before = held.rows.len();
+            held.rows.retain(|row, count| {
+                let parts = [prefix, tag, &len, &key, row];
+                let value = count.to_le_bytes();
+                state.write_last(&parts, (*count != 0).then_some(value.as_slice()));
+                *count != 0
+            });
+            self.rows -= before - held.rows.len();
+            if held.rows.is_empty() {
+                self.keys.remove(&key);
+            }
         }
     }
 }
@@ -235,7 +530,10 @@ impl Join {
         let upper = cx.key(&[b"e".as_slice(), &ordered(watermark)].concat());
         for (key, _) in cx.state.scan(&lower, &upper)? {
             let suffix = &key[lower.len() + 8..];
-            forget(&mut self.memory, suffix);
+            let side = usize::from(suffix.first() == Some(&b'r'));
+            if let Some(memory) = &mut self.memory[side] {
+                memory.forget(suffix);
+            }
             let entry = cx.key(suffix);
             cx.state.delete(entry);
             cx.state.delete(key);
@@ -304,10 +602,11 @@ impl Join {
     fn held(&self, cx: &Context<'_>, side: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
         match &self.memory[side] {
             Some(memory) => Ok(memory
-                .rows
+                .keys
                 .get(key)
-                .map(|rows| {
-                    rows.iter()
+                .map(|held| {
+                    held.rows
+                        .iter()
                         .filter(|(_, c)| **c != 0)
                         .map(|(r, c)| (r.clone(), *c))
                         .collect()
@@ -327,9 +626,7 @@ impl Join {
         diff: i64,
     ) -> Result<()> {
         if let Some(memory) = &mut self.memory[side] {
-            let rows = memory.rows.entry(key.to_vec()).or_default();
-            *rows.entry(row.to_vec()).or_insert(0) += diff;
-            memory.dirty.insert(key.to_vec());
+            memory.add(key, row, diff);
             return Ok(());
         }
         let state_key = [Self::prefix(cx, side, key).as_slice(), row].concat();
@@ -344,6 +641,30 @@ impl Join {
         Ok(())
     }
 
+    /// A side's rows in memory as the join starts, where they can be held
+    /// there: a key the memory does not hold is then held nowhere.
+    fn start_memory(&self, cx: &mut Context<'_>, side: usize) -> Result<Option<Memory>> {
+        if self.expiry.is_some() {
+            // Bounded joins index each row's entry by its expiry, so their
+            // rows are entries of their own, held in memory only from empty.
+            let end = prefix_end(cx.prefix);
+            let empty = cx.state.first_in(cx.prefix, &end, false)?.is_none();
+            return Ok(empty.then(Memory::default));
+        }
+        let rows = cx.key(tag(side));
+        if cx
+            .state
+            .first_in(&rows, &prefix_end(&rows), false)?
+            .is_some()
+        {
+            // The side gave its memory up in an earlier run.
+            return Ok(None);
+        }
+        let chunks = cx.key(&[b"c", tag(side)].concat());
+        let stored = cx.state.scan(&chunks, &prefix_end(&chunks))?;
+        Memory::from_chunks(stored).map(Some)
+    }
+
     /// Write the rows changed in memory back to state; a side gives its
     /// memory up once it holds too many.
     fn write_back(&mut self, cx: &mut Context<'_>) {
@@ -351,26 +672,10 @@ impl Join {
             let Some(memory) = &mut self.memory[side] else {
                 continue;
             };
-            for key in std::mem::take(&mut memory.dirty) {
-                let prefix = Self::prefix(cx, side, &key);
-                let Some(rows) = memory.rows.get_mut(&key) else {
-                    continue;
-                };
-                rows.retain(|row, count| {
-                    let state_key = [prefix.as_slice(), row].concat();
-                    if *count == 0 {
-                        cx.state.delete(state_key);
-                    } else {
-                        cx.state.put(state_key, count.to_le_bytes().to_vec());
-                    }
-                    *count != 0
-                });
-                if rows.is_empty() {
-                    memory.rows.remove(&key);
-                }
-            }
-            let held: usize = memory.rows.values().map(HashMap::len).sum();
-            if held > self.memory_limit {
+            memory.write_back(cx.state, cx.prefix, tag(side));
+            memory.write_chunk(cx.state, cx.prefix, tag(side));
+            if memory.rows > self.memory_limit {
+                memory.spill(cx.state, cx.prefix, tag(side));
                 self.memory[side] = None;
             }
         }
@@ -456,13 +761,8 @@ impl Operator for Join {
 
     fn on_changes(&mut self, input: usize, batch: ChangeBatch, cx: &mut Context<'_>) -> Result<()> {
         if !self.checked {
-            // A join that starts on empty state (a new view) can keep its
-            // rows in memory: a key it does not hold is then held nowhere.
             self.checked = true;
-            let end = prefix_end(cx.prefix);
-            if cx.state.first_in(cx.prefix, &end, false)?.is_none() {
-                self.memory = [Some(Memory::default()), Some(Memory::default())];
-            }
+            self.memory = [self.start_memory(cx, 0)?, self.start_memory(cx, 1)?];
         }
         let side = input.min(1);
         let other = 1 - side;
@@ -470,7 +770,7 @@ impl Operator for Join {
         let rows = batch.rows();
         let (keys, valid) = self.keys(side, rows)?;
         let encoded = self.rows[side].convert_columns(rows.columns())?;
-        let mut by_key: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        let mut by_key: FastMap<&[u8], Vec<u32>> = FastMap::default();
         let mut joined: Vec<RecordBatch> = Vec::new();
         let mut weights: Vec<i64> = Vec::new();
         let diff = |row: u32| batch.diffs().value(row as usize);
@@ -516,7 +816,10 @@ impl Operator for Join {
                 }
             }
             // Then the change joins its own side.
-            let prefix = Self::prefix(cx, side, key);
+            let prefix = match expires.is_empty() {
+                true => Vec::new(),
+                false => Self::prefix(cx, side, key),
+            };
             for row in members {
                 let encoded_row = encoded.row(*row as usize).data();
                 if let Some(Some(at)) = expires.get(*row as usize) {
@@ -568,7 +871,6 @@ mod tests {
     use datafusion::physical_expr::expressions::Column;
 
     use super::*;
-    use crate::dataflow::state::EpochState;
     use crate::state::Store;
 
     fn side() -> Side {
@@ -654,47 +956,133 @@ mod tests {
         assert!(most <= 40, "state grew to {most} entries");
     }
 
-    #[test]
-    fn rows_kept_in_memory_join_like_rows_read_from_state() {
-        let run = |limit: usize| {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let store = Store::open(dir.path()).expect("store");
+    /// The output of each of five epochs of changes to an outer join,
+    /// sorted, and the state entries left: memory limited to `limit` rows,
+    /// the operator replaced by a fresh one (as on a restart) before epoch
+    /// `restart`.
+    fn outer_join_run(limit: usize, restart: usize) -> (Vec<Vec<String>>, usize) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let fresh = || {
             let mut op = join().outer(true, false);
             op.memory_limit = limit;
-            let mut out = Vec::new();
-            let steps: [(usize, Vec<i64>, Vec<i64>, i64); 5] = [
-                (0, vec![1, 2, 3], vec![10, 20, 30], 1),
-                (1, vec![1, 1, 4], vec![11, 12, 40], 1),
-                (0, vec![1, 4], vec![10, 41], 1),
-                (1, vec![1], vec![11], -1),
-                (0, vec![2, 1], vec![20, 10], -1),
-            ];
-            for (epoch, (input, keys, times, sign)) in steps.into_iter().enumerate() {
-                let mut state = EpochState::new(store.db().clone());
-                let prefix = b"test".to_vec();
-                let mut cx = Context::new(&mut state, &prefix);
-                let batch = rows(keys.clone(), times);
-                let diffs = Int64Array::from(vec![sign; keys.len()]);
-                let batch = ChangeBatch::new(batch.rows().clone(), diffs).expect("batch");
-                op.on_changes(input, batch, &mut cx).expect("changes");
-                let barrier = crate::dataflow::change::Barrier {
-                    epoch: epoch as u64,
-                    now: 0,
-                };
-                op.on_barrier(barrier, &mut cx).expect("barrier");
-                let mut lines = crate::dataflow::change::render(&cx.take_output());
-                lines.sort();
-                out.push(lines);
-                let mut batch = rocksdb::WriteBatch::default();
-                state.drain_into(&mut batch);
-                store.db().write(batch).expect("commit");
-            }
-            (out, store.state_entries(b"test"))
+            op
         };
+        let mut op = fresh();
+        let mut out = Vec::new();
+        let steps: [(usize, Vec<i64>, Vec<i64>, i64); 5] = [
+            (0, vec![1, 2, 3], vec![10, 20, 30], 1),
+            (1, vec![1, 1, 4], vec![11, 12, 40], 1),
+            (0, vec![1, 4], vec![10, 41], 1),
+            (1, vec![1], vec![11], -1),
+            (0, vec![2, 1], vec![20, 10], -1),
+        ];
+        for (epoch, (input, keys, times, sign)) in steps.into_iter().enumerate() {
+            if epoch == restart {
+                op = fresh();
+            }
+            let mut state = EpochState::new(store.db().clone());
+            let prefix = b"test".to_vec();
+            let mut cx = Context::new(&mut state, &prefix);
+            let batch = rows(keys.clone(), times);
+            let diffs = Int64Array::from(vec![sign; keys.len()]);
+            let batch = ChangeBatch::new(batch.rows().clone(), diffs).expect("batch");
+            op.on_changes(input, batch, &mut cx).expect("changes");
+            let barrier = crate::dataflow::change::Barrier {
+                epoch: epoch as u64,
+                now: 0,
+            };
+            op.on_barrier(barrier, &mut cx).expect("barrier");
+            let mut lines = crate::dataflow::change::render(&cx.take_output());
+            lines.sort();
+            out.push(lines);
+            let mut batch = rocksdb::WriteBatch::default();
+            state.drain_into(&mut batch);
+            store.db().write(batch).expect("commit");
+        }
+        (out, store.state_entries(b"test"))
+    }
+
+    #[test]
+    fn rows_kept_in_memory_join_like_rows_read_from_state() {
         // Memory throughout, memory given up after the first epoch, and the
         // state alone (a limit of zero gives memory up at once).
-        let kept = run(MEMORY_ROWS);
-        assert_eq!(kept, run(3));
-        assert_eq!(kept, run(0));
+        let (kept, _) = outer_join_run(MEMORY_ROWS, usize::MAX);
+        assert_eq!(kept, outer_join_run(3, usize::MAX).0);
+        assert_eq!(kept, outer_join_run(0, usize::MAX).0);
+    }
+
+    #[test]
+    fn a_restarted_join_reads_its_rows_back_from_chunks_or_entries() {
+        let (kept, _) = outer_join_run(MEMORY_ROWS, usize::MAX);
+        for restart in 1..5 {
+            // From chunks, and from entries once memory was given up.
+            assert_eq!(
+                kept,
+                outer_join_run(MEMORY_ROWS, restart).0,
+                "restart {restart}"
+            );
+            assert_eq!(kept, outer_join_run(3, restart).0, "restart {restart}");
+        }
+    }
+
+    #[test]
+    fn chunks_are_rewritten_once_retractions_outweigh_rows() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut op = join();
+        let prefix = b"test".to_vec();
+        // Each epoch inserts a key and retracts the one before it.
+        let steps = 3 * REWRITE_RECORDS / 2;
+        for (epoch, step) in (0..steps as i64).step_by(500).enumerate() {
+            let mut state = EpochState::new(store.db().clone());
+            let mut cx = Context::new(&mut state, &prefix);
+            let keys: Vec<i64> = (step..step + 500).collect();
+            let diffs = Int64Array::from(vec![1; 500]);
+            let batch = ChangeBatch::new(rows(keys.clone(), keys.clone()).rows().clone(), diffs);
+            op.on_changes(0, batch.expect("batch"), &mut cx)
+                .expect("insert");
+            let diffs = Int64Array::from(vec![-1; 500]);
+            let batch = ChangeBatch::new(rows(keys.clone(), keys).rows().clone(), diffs);
+            op.on_changes(0, batch.expect("batch"), &mut cx)
+                .expect("retract");
+            let barrier = crate::dataflow::change::Barrier {
+                epoch: epoch as u64,
+                now: 0,
+            };
+            op.on_barrier(barrier, &mut cx).expect("barrier");
+            let mut batch = rocksdb::WriteBatch::default();
+            state.drain_into(&mut batch);
+            store.db().write(batch).expect("commit");
+        }
+        let records: usize = op.memory[0]
+            .as_ref()
+            .and_then(|m| m.chunks.as_ref())
+            .map_or(0, |c| c.records);
+        assert!(
+            records <= REWRITE_RECORDS + 1000,
+            "{records} records logged"
+        );
+        assert!(
+            store.state_entries(b"test") < steps / 500,
+            "chunks were not deleted"
+        );
+    }
+
+    #[test]
+    fn a_keys_rows_stay_counted_as_the_list_becomes_a_map() {
+        let mut rows = KeyRows::default();
+        for n in 0..20u8 {
+            rows.insert(vec![n], 1);
+            *rows.get_mut(&[n]).expect("just added") += 1;
+        }
+        assert!(matches!(rows, KeyRows::Many(_)));
+        assert!(rows.remove(&[3]) && !rows.remove(&[3]));
+        rows.retain(|row, _| row[0] % 2 == 0);
+        let mut left: Vec<(u8, i64)> = rows.iter().map(|(r, c)| (r[0], *c)).collect();
+        left.sort();
+        let even: Vec<(u8, i64)> = (0..20).step_by(2).map(|n| (n, 2)).collect();
+        assert_eq!(left, even);
+        assert_eq!(rows.len(), 10);
     }
 }
