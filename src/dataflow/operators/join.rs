@@ -36,6 +36,7 @@
 //!   of the row's entry above (without the prefix) -> empty
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -431,6 +432,35 @@ impl Memory {
     }
 }
 
+/// Each join key of a batch with the range of its rows in an order of rows.
+type Groups<'k> = Vec<(&'k [u8], Range<usize>)>;
+
+/// The rows with a valid key, grouped by key without a vector per key:
+/// each key with its range in the returned row order.
+fn group_rows<'k>(keys: &'k Rows, valid: &[bool]) -> (Groups<'k>, Vec<u32>) {
+    let mut seen: FastMap<&[u8], u32> = FastMap::default();
+    seen.reserve(valid.len());
+    let mut distinct: Vec<&[u8]> = Vec::new();
+    let mut tagged: Vec<(u32, u32)> = Vec::with_capacity(valid.len());
+    for i in (0..valid.len()).filter(|i| valid[*i]) {
+        let key = keys.row(i).data();
+        let next = distinct.len() as u32;
+        let group = *seen.entry(key).or_insert(next);
+        if group == next {
+            distinct.push(key);
+        }
+        tagged.push((group, i as u32));
+    }
+    tagged.sort_unstable();
+    let mut groups = Vec::with_capacity(distinct.len());
+    let mut start = 0;
+    for run in tagged.chunk_by(|a, b| a.0 == b.0) {
+        groups.push((distinct[run[0].0 as usize], start..start + run.len()));
+        start += run.len();
+    }
+    (groups, tagged.into_iter().map(|(_, i)| i).collect())
+}
+
 /// An `i64` as bytes that sort like the numbers.
 fn ordered(value: i64) -> [u8; 8] {
     ((value as u64) ^ (1 << 63)).to_be_bytes()
@@ -616,6 +646,29 @@ impl Join {
         }
     }
 
+    /// Call `f` with each row `side` holds under `key`, and its
+    /// multiplicity; from memory without copying the rows where it can.
+    fn each_held(
+        &self,
+        cx: &Context<'_>,
+        side: usize,
+        key: &[u8],
+        mut f: impl FnMut(&[u8], i64),
+    ) -> Result<()> {
+        let Some(memory) = &self.memory[side] else {
+            for (row, count) in self.matches(cx, side, key)? {
+                f(&row, count);
+            }
+            return Ok(());
+        };
+        if let Some(held) = memory.keys.get(key) {
+            for (row, count) in held.rows.iter().filter(|(_, c)| **c != 0) {
+                f(row, *count);
+            }
+        }
+        Ok(())
+    }
+
     /// Add `diff` to a row's multiplicity on its side.
     fn count(
         &mut self,
@@ -770,39 +823,41 @@ impl Operator for Join {
         let rows = batch.rows();
         let (keys, valid) = self.keys(side, rows)?;
         let encoded = self.rows[side].convert_columns(rows.columns())?;
-        let mut by_key: FastMap<&[u8], Vec<u32>> = FastMap::default();
+        let (groups, order) = group_rows(&keys, &valid);
         let mut joined: Vec<RecordBatch> = Vec::new();
         let mut weights: Vec<i64> = Vec::new();
         let diff = |row: u32| batch.diffs().value(row as usize);
         let mut unmatched: Vec<u32> = Vec::new();
-        for (i, ok) in valid.iter().enumerate() {
-            if *ok {
-                by_key.entry(keys.row(i).data()).or_default().push(i as u32);
-            } else if self.preserve[side] {
-                // A NULL key never matches: the row stays padded.
-                unmatched.push(i as u32);
-            }
+        if self.preserve[side] {
+            // A NULL key never matches: the row stays padded.
+            unmatched.extend((0..valid.len() as u32).filter(|i| !valid[*i as usize]));
         }
         // Pairs, and the other side's rows whose padding comes or goes, are
-        // gathered over all keys and built into batches once.
+        // gathered over all keys and built into batches once; the other
+        // side's rows of the pairs are copied into one buffer.
         let (mut mine, mut theirs, mut pair_weights) = (Vec::new(), Vec::new(), Vec::new());
+        let mut their_ends: Vec<usize> = Vec::new();
         let (mut repadded, mut repad_weights) = (Vec::new(), Vec::new());
-        for (key, members) in &by_key {
-            let held = self.held(cx, other, key)?;
-            for row in members {
-                for (other_row, count) in &held {
+        for (key, range) in &groups {
+            let members = &order[range.clone()];
+            let (mut other_total, mut other_rows) = (0, 0);
+            self.each_held(cx, other, key, |other_row, count| {
+                other_total += count;
+                other_rows += 1;
+                for row in members {
                     mine.push(*row);
-                    theirs.push(other_row.clone());
+                    theirs.extend_from_slice(other_row);
+                    their_ends.push(theirs.len());
                     pair_weights.push(diff(*row) * count);
                 }
-            }
-            let other_total: i64 = held.iter().map(|(_, c)| c).sum();
+            })?;
             if self.preserve[side] && other_total == 0 {
                 unmatched.extend(members);
             }
-            if self.preserve[other] && !held.is_empty() {
+            if self.preserve[other] && other_rows != 0 {
                 // The other side's rows lose or regain their padding when
                 // this side's rows under the key come or go.
+                let held = self.held(cx, other, key)?;
                 let before: i64 = self.held(cx, side, key)?.iter().map(|(_, c)| c).sum();
                 let after = before + members.iter().map(|r| diff(*r)).sum::<i64>();
                 let sign = match (before > 0, after > 0) {
@@ -831,7 +886,11 @@ impl Operator for Join {
             }
         }
         if !mine.is_empty() {
-            let theirs: Vec<&[u8]> = theirs.iter().map(Vec::as_slice).collect();
+            let starts = std::iter::once(0).chain(their_ends.iter().copied());
+            let theirs: Vec<&[u8]> = starts
+                .zip(&their_ends)
+                .map(|(a, b)| &theirs[a..*b])
+                .collect();
             let pairs = self.joined(
                 side,
                 Self::arriving(rows, mine)?,
