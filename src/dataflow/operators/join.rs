@@ -224,6 +224,15 @@ struct Chunks {
     records: usize,
 }
 
+impl Chunks {
+    /// Delete the chunks in state; they land after this epoch's new one.
+    fn delete_stored(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
+        for seq in std::mem::take(&mut self.stored) {
+            state.write_last(&[prefix, b"c", tag, &seq.to_be_bytes()], None);
+        }
+    }
+}
+
 /// Chunks are rewritten from memory once they hold more than twice the
 /// live rows and at least this many records (retractions pile up).
 const REWRITE_RECORDS: usize = 100_000;
@@ -260,29 +269,34 @@ impl Memory {
             self.apply(key, row, diff);
             return;
         }
-        let held = match self.keys.get_mut(key) {
-            Some(held) => held,
-            None => self.keys.entry(key.to_vec()).or_default(),
-        };
-        match held.rows.get_mut(row) {
-            Some(count) => *count += diff,
-            None => {
-                held.rows.insert(row.to_vec(), diff);
-                self.rows += 1;
-            }
-        }
-        if !held.dirty {
-            held.dirty = true;
+        // Rows at zero stay until the barrier deletes their entries.
+        let (held, _) = self.bump(key, row, diff);
+        if !std::mem::replace(&mut held.dirty, true) {
             self.dirty.push(key.to_vec());
         }
     }
 
     /// Add to a row's multiplicity, dropping the row when it reaches zero.
     fn apply(&mut self, key: &[u8], row: &[u8], diff: i64) {
-        let held = match self.keys.get_mut(key) {
-            Some(held) => held,
-            None => self.keys.entry(key.to_vec()).or_default(),
-        };
+        let (held, count) = self.bump(key, row, diff);
+        if count != 0 {
+            return;
+        }
+        held.rows.remove(row);
+        let emptied = held.rows.is_empty();
+        self.rows -= 1;
+        if emptied {
+            self.keys.remove(key);
+        }
+    }
+
+    /// Add `diff` to a row's multiplicity, adding the row (and its key) if
+    /// new: the key's rows and the row's count after.
+    fn bump(&mut self, key: &[u8], row: &[u8], diff: i64) -> (&mut Held, i64) {
+        if !self.keys.contains_key(key) {
+            self.keys.insert(key.to_vec(), Held::default());
+        }
+        let held = self.keys.get_mut(key).expect("the key was added above");
         let count = match held.rows.get_mut(row) {
             Some(count) => {
                 *count += diff;
@@ -294,13 +308,7 @@ impl Memory {
                 diff
             }
         };
-        if count == 0 {
-            held.rows.remove(row);
-            self.rows -= 1;
-            if held.rows.is_empty() {
-                self.keys.remove(key);
-            }
-        }
+        (held, count)
     }
 
     /// Rows logged in chunks under `prefix` ++ `c` ++ `tag`, read back.
@@ -344,9 +352,7 @@ impl Memory {
             return;
         }
         if chunks.records > REWRITE_RECORDS.max(2 * self.rows) {
-            for seq in std::mem::take(&mut chunks.stored) {
-                state.write_last(&[prefix, b"c", tag, &seq.to_be_bytes()], None);
-            }
+            chunks.delete_stored(state, prefix, tag);
             chunks.pending.clear();
             chunks.records = 0;
             chunks.pending_records = self.rows;
@@ -369,19 +375,15 @@ impl Memory {
     /// Write every row one entry each, as the state of a side not in
     /// memory, and delete the chunks.
     fn spill(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        let Some(chunks) = self.chunks.take() else {
+        let Some(mut chunks) = self.chunks.take() else {
             return;
         };
-        for seq in chunks.stored {
-            state.write_last(&[prefix, b"c", tag, &seq.to_be_bytes()], None);
+        chunks.delete_stored(state, prefix, tag);
+        for (key, held) in self.keys.iter_mut() {
+            held.dirty = true;
+            self.dirty.push(key.clone());
         }
-        for (key, held) in &self.keys {
-            let len = (key.len() as u32).to_be_bytes();
-            for (row, count) in held.rows.iter() {
-                let value = count.to_le_bytes();
-                state.write_last(&[prefix, tag, &len, key, row], Some(&value));
-            }
-        }
+        self.write_back(state, prefix, tag);
     }
 
     /// Drop a row, by its state suffix: side tag, key length (u32 BE), key,
@@ -630,20 +632,9 @@ impl Join {
     /// The rows `side` holds under `key`, with their multiplicities: from
     /// memory while the join keeps its rows there, else from state.
     fn held(&self, cx: &Context<'_>, side: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
-        match &self.memory[side] {
-            Some(memory) => Ok(memory
-                .keys
-                .get(key)
-                .map(|held| {
-                    held.rows
-                        .iter()
-                        .filter(|(_, c)| **c != 0)
-                        .map(|(r, c)| (r.clone(), *c))
-                        .collect()
-                })
-                .unwrap_or_default()),
-            None => self.matches(cx, side, key),
-        }
+        let mut held = Vec::new();
+        self.each_held(cx, side, key, |row, count| held.push((row.to_vec(), count)))?;
+        Ok(held)
     }
 
     /// Call `f` with each row `side` holds under `key`, and its
@@ -858,7 +849,8 @@ impl Operator for Join {
                 // The other side's rows lose or regain their padding when
                 // this side's rows under the key come or go.
                 let held = self.held(cx, other, key)?;
-                let before: i64 = self.held(cx, side, key)?.iter().map(|(_, c)| c).sum();
+                let mut before = 0;
+                self.each_held(cx, side, key, |_, count| before += count)?;
                 let after = before + members.iter().map(|r| diff(*r)).sum::<i64>();
                 let sign = match (before > 0, after > 0) {
                     (false, true) => -1,
