@@ -43,6 +43,10 @@ pub use crate::dataflow::task::EPOCH_ROWS;
 /// Where the last committed epoch is kept.
 pub const EPOCH_KEY: &[u8] = b"\xffepoch";
 
+/// An epoch's write batch is sized up front for at most this many bytes;
+/// the views' own count overstates it where they overwrite a key.
+const PRESIZE_BYTES: usize = 64 << 20;
+
 /// Processing time in microseconds since the Unix epoch.
 pub type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -386,7 +390,7 @@ impl Worker {
             }
         }
         drop(view);
-        let mut batch = WriteBatch::default();
+        let mut states = Vec::new();
         let mut changed = false;
         let mut late: Vec<LateEvent> = Vec::new();
         for running in self.running.iter_mut().filter(|r| r.failed.is_none()) {
@@ -396,7 +400,7 @@ impl Worker {
                     for mut state in outcome.states {
                         changed |= !state.is_empty();
                         late.append(&mut state.late);
-                        state.drain_into(&mut batch);
+                        states.push(state);
                     }
                     running.offsets = outcome.offsets;
                 }
@@ -408,6 +412,15 @@ impl Worker {
         }
         if !changed {
             return Ok(());
+        }
+        // Sized up front: a batch grown by doubling copies itself again and
+        // faults in fresh pages at each step.
+        let written: usize = (self.running.iter().filter(|r| r.failed.is_none()))
+            .map(|r| r.tasks.budget.load(Ordering::Relaxed))
+            .sum();
+        let mut batch = WriteBatch::with_capacity_bytes(written.min(PRESIZE_BYTES) * 9 / 8);
+        for mut state in states {
+            state.drain_into(&mut batch);
         }
         if let Some(table) = &self.settings.late_events {
             record_late(db, table, &late, barrier, &mut batch)?;

@@ -25,9 +25,10 @@
 //! # State layout (under the operator's prefix)
 //! A side whose rows fit in memory (up to 500,000) keeps them there and
 //! logs its changes to state as chunks, one per barrier, read back on a
-//! restart: a write per epoch rather than one per row. Past the limit, or
-//! in an interval or window join, each row is an entry of its own, keyed
-//! by join key so that a key's rows are found without reading the rest.
+//! restart: a write per epoch rather than one per row ([`memory`]). Past
+//! the limit, or in an interval or window join, each row is an entry of
+//! its own, keyed by join key so that a key's rows are found without
+//! reading the rest.
 //! - chunks: `c` ++ `l` or `r` ++ sequence (u64 BE) -> records of key
 //!   length (u32 LE), key, row length (u32 LE), row, diff (i64 LE)
 //! - entries: `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row
@@ -35,7 +36,6 @@
 //! - bounded joins: `e` ++ expiry time (i64, order-preserving) ++ the key
 //!   of the row's entry above (without the prefix) -> empty
 
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -50,9 +50,13 @@ use datafusion::physical_expr::PhysicalExpr;
 use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
-use crate::dataflow::state::{EpochState, read_count};
+use crate::dataflow::state::read_count;
 use crate::error::Result;
 use crate::state::keys::prefix_end;
+
+mod memory;
+
+use memory::{FastMap, InMemory};
 
 /// One side of the join.
 pub struct Side {
@@ -85,7 +89,7 @@ pub struct Join {
     /// and they fit: then a key the memory does not hold is held nowhere.
     /// Each side gives its memory up on its own, so that the small side of
     /// a join (a few maxima against every bid) stays in memory.
-    memory: [Option<Memory>; 2],
+    memory: [Option<InMemory>; 2],
     /// Whether the state has been looked at for `memory` yet.
     checked: bool,
     /// Rows each side's `memory` may hold (tests lower it).
@@ -105,334 +109,6 @@ pub struct Join {
 /// Rows kept in memory per side at most; past it the join writes them back
 /// and reads that side's state from RocksDB from then on.
 const MEMORY_ROWS: usize = 500_000;
-
-type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
-
-/// Rows (row format) with their multiplicities: a short list searched in
-/// turn, as most join keys hold a row or two, or a map once it grows.
-enum KeyRows {
-    Few(Vec<(Vec<u8>, i64)>),
-    Many(FastMap<Vec<u8>, i64>),
-}
-
-/// Rows a list holds before it becomes a map.
-const FEW_ROWS: usize = 8;
-
-impl Default for KeyRows {
-    fn default() -> Self {
-        KeyRows::Few(Vec::new())
-    }
-}
-
-impl KeyRows {
-    fn get_mut(&mut self, row: &[u8]) -> Option<&mut i64> {
-        match self {
-            KeyRows::Few(rows) => rows.iter_mut().find(|(r, _)| r == row).map(|(_, c)| c),
-            KeyRows::Many(rows) => rows.get_mut(row),
-        }
-    }
-
-    /// Add a row the list does not hold.
-    fn insert(&mut self, row: Vec<u8>, count: i64) {
-        match self {
-            KeyRows::Few(rows) if rows.len() < FEW_ROWS => rows.push((row, count)),
-            KeyRows::Few(rows) => {
-                let mut map: FastMap<Vec<u8>, i64> = std::mem::take(rows).into_iter().collect();
-                map.insert(row, count);
-                *self = KeyRows::Many(map);
-            }
-            KeyRows::Many(rows) => {
-                rows.insert(row, count);
-            }
-        }
-    }
-
-    fn remove(&mut self, row: &[u8]) -> bool {
-        match self {
-            KeyRows::Few(rows) => match rows.iter().position(|(r, _)| r == row) {
-                Some(at) => {
-                    rows.swap_remove(at);
-                    true
-                }
-                None => false,
-            },
-            KeyRows::Many(rows) => rows.remove(row).is_some(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            KeyRows::Few(rows) => rows.len(),
-            KeyRows::Many(rows) => rows.len(),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn iter(&self) -> impl Iterator<Item = (&Vec<u8>, &i64)> {
-        let (few, many) = match self {
-            KeyRows::Few(rows) => (Some(rows), None),
-            KeyRows::Many(rows) => (None, Some(rows)),
-        };
-        let few = few.into_iter().flatten().map(|(r, c)| (r, c));
-        few.chain(many.into_iter().flatten())
-    }
-
-    fn retain(&mut self, mut keep: impl FnMut(&Vec<u8>, &mut i64) -> bool) {
-        match self {
-            KeyRows::Few(rows) => rows.retain_mut(|(r, c)| keep(r, c)),
-            KeyRows::Many(rows) => rows.retain(|r, c| keep(r, c)),
-        }
-    }
-}
-
-/// The rows one side holds under one join key.
-#[derive(Default)]
-struct Held {
-    rows: KeyRows,
-    /// Changed since the last barrier, so listed in `Memory::dirty`.
-    dirty: bool,
-}
-
-/// One side's rows by join key (row format), and how they reach state.
-#[derive(Default)]
-struct Memory {
-    keys: FastMap<Vec<u8>, Held>,
-    /// Keys changed since the last barrier, when rows are written back one
-    /// entry each.
-    dirty: Vec<Vec<u8>>,
-    /// Rows held under all keys, zero multiplicities included.
-    rows: usize,
-    /// When set, changes are logged in chunks instead of written back per
-    /// row.
-    chunks: Option<Chunks>,
-}
-
-/// A side's changes, logged to state a chunk per barrier: records of key
-/// length (u32 LE), key, row length (u32 LE), row, diff (i64 LE).
-#[derive(Default)]
-struct Chunks {
-    /// Records since the last barrier, and how many.
-    pending: Vec<u8>,
-    pending_records: usize,
-    /// Sequence numbers of the chunks in state, and the next one's.
-    stored: Vec<u64>,
-    next: u64,
-    /// Records in the stored chunks.
-    records: usize,
-}
-
-impl Chunks {
-    /// Delete the chunks in state; they land after this epoch's new one.
-    fn delete_stored(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        for seq in std::mem::take(&mut self.stored) {
-            state.write_last(&[prefix, b"c", tag, &seq.to_be_bytes()], None);
-        }
-    }
-}
-
-/// Chunks are rewritten from memory once they hold more than twice the
-/// live rows and at least this many records (retractions pile up).
-const REWRITE_RECORDS: usize = 100_000;
-
-fn append_record(out: &mut Vec<u8>, key: &[u8], row: &[u8], diff: i64) {
-    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    out.extend_from_slice(key);
-    out.extend_from_slice(&(row.len() as u32).to_le_bytes());
-    out.extend_from_slice(row);
-    out.extend_from_slice(&diff.to_le_bytes());
-}
-
-/// The records of a chunk, `None` past its end or where it is malformed.
-fn next_record<'a>(chunk: &mut &'a [u8]) -> Option<(&'a [u8], &'a [u8], i64)> {
-    fn take<'a>(bytes: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
-        let (head, tail) = (bytes.get(..n)?, bytes.get(n..)?);
-        *bytes = tail;
-        Some(head)
-    }
-    let len = |b: &[u8]| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize;
-    let key_len = len(take(chunk, 4)?);
-    let key = take(chunk, key_len)?;
-    let row_len = len(take(chunk, 4)?);
-    let row = take(chunk, row_len)?;
-    let diff = i64::from_le_bytes(take(chunk, 8)?.try_into().ok()?);
-    Some((key, row, diff))
-}
-
-impl Memory {
-    fn add(&mut self, key: &[u8], row: &[u8], diff: i64) {
-        if let Some(chunks) = &mut self.chunks {
-            append_record(&mut chunks.pending, key, row, diff);
-            chunks.pending_records += 1;
-            self.apply(key, row, diff);
-            return;
-        }
-        // Rows at zero stay until the barrier deletes their entries.
-        let (held, _) = self.bump(key, row, diff);
-        if !std::mem::replace(&mut held.dirty, true) {
-            self.dirty.push(key.to_vec());
-        }
-    }
-
-    /// Add to a row's multiplicity, dropping the row when it reaches zero.
-    fn apply(&mut self, key: &[u8], row: &[u8], diff: i64) {
-        let (held, count) = self.bump(key, row, diff);
-        if count != 0 {
-            return;
-        }
-        held.rows.remove(row);
-        let emptied = held.rows.is_empty();
-        self.rows -= 1;
-        if emptied {
-            self.keys.remove(key);
-        }
-    }
-
-    /// Add `diff` to a row's multiplicity, adding the row (and its key) if
-    /// new: the key's rows and the row's count after.
-    fn bump(&mut self, key: &[u8], row: &[u8], diff: i64) -> (&mut Held, i64) {
-        if !self.keys.contains_key(key) {
-            self.keys.insert(key.to_vec(), Held::default());
-        }
-        let held = self.keys.get_mut(key).expect("the key was added above");
-        let count = match held.rows.get_mut(row) {
-            Some(count) => {
-                *count += diff;
-                *count
-            }
-            None => {
-                held.rows.insert(row.to_vec(), diff);
-                self.rows += 1;
-                diff
-            }
-        };
-        (held, count)
-    }
-
-    /// Rows logged in chunks under `prefix` ++ `c` ++ `tag`, read back.
-    fn from_chunks(stored: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Memory> {
-        let mut memory = Memory::default();
-        let mut chunks = Chunks::default();
-        for (key, value) in stored {
-            let seq = key
-                .len()
-                .checked_sub(8)
-                .and_then(|at| key[at..].try_into().ok())
-                .map(u64::from_be_bytes)
-                .ok_or_else(|| {
-                    crate::error::Error::Internal("a join chunk key is malformed".into())
-                })?;
-            chunks.stored.push(seq);
-            chunks.next = chunks.next.max(seq + 1);
-            let mut rest = value.as_slice();
-            while let Some((key, row, diff)) = next_record(&mut rest) {
-                memory.apply(key, row, diff);
-                chunks.records += 1;
-            }
-            if !rest.is_empty() {
-                return Err(crate::error::Error::Internal(
-                    "a join chunk is malformed".into(),
-                ));
-            }
-        }
-        memory.chunks = Some(chunks);
-        Ok(memory)
-    }
-
-    /// Log the changes since the last barrier as one chunk; first rewrite
-    /// the chunks from memory when retractions have made them twice as
-    /// large as the rows they add up to.
-    fn write_chunk(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        let Some(chunks) = &mut self.chunks else {
-            return;
-        };
-        if chunks.pending.is_empty() {
-            return;
-        }
-        if chunks.records > REWRITE_RECORDS.max(2 * self.rows) {
-            chunks.delete_stored(state, prefix, tag);
-            chunks.pending.clear();
-            chunks.records = 0;
-            chunks.pending_records = self.rows;
-            for (key, held) in &self.keys {
-                for (row, count) in held.rows.iter() {
-                    append_record(&mut chunks.pending, key, row, *count);
-                }
-            }
-        }
-        chunks.records += std::mem::take(&mut chunks.pending_records);
-        let seq = chunks.next;
-        chunks.next += 1;
-        chunks.stored.push(seq);
-        // Moved, not copied; the next chunk is likely as large.
-        let capacity = chunks.pending.len();
-        let chunk = std::mem::replace(&mut chunks.pending, Vec::with_capacity(capacity));
-        state.put([prefix, b"c", tag, &seq.to_be_bytes()].concat(), chunk);
-    }
-
-    /// Write every row one entry each, as the state of a side not in
-    /// memory, and delete the chunks.
-    fn spill(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        let Some(mut chunks) = self.chunks.take() else {
-            return;
-        };
-        chunks.delete_stored(state, prefix, tag);
-        for (key, held) in self.keys.iter_mut() {
-            held.dirty = true;
-            self.dirty.push(key.clone());
-        }
-        self.write_back(state, prefix, tag);
-    }
-
-    /// Drop a row, by its state suffix: side tag, key length (u32 BE), key,
-    /// row.
-    fn forget(&mut self, suffix: &[u8]) {
-        let Some(len) = suffix
-            .get(1..5)
-            .and_then(|b| b.try_into().ok())
-            .map(u32::from_be_bytes)
-        else {
-            return;
-        };
-        let Some(key) = suffix.get(5..5 + len as usize) else {
-            return;
-        };
-        let row = &suffix[5 + len as usize..];
-        if let Some(held) = self.keys.get_mut(key) {
-            if held.rows.remove(row) {
-                self.rows -= 1;
-            }
-            if held.rows.is_empty() {
-                self.keys.remove(key);
-            }
-        }
-    }
-
-    /// Write the rows of the keys changed since the last barrier to state,
-    /// under `prefix` ++ `tag`, and forget those that went to zero.
-    fn write_back(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        for key in std::mem::take(&mut self.dirty) {
-            let Some(held) = self.keys.get_mut(&key) else {
-                continue;
-            };
-            held.dirty = false;
-            let len = (key.len() as u32).to_be_bytes();
-            let before = held.rows.len();
-            held.rows.retain(|row, count| {
-                let parts = [prefix, tag, &len, &key, row];
-                let value = count.to_le_bytes();
-                state.write_last(&parts, (*count != 0).then_some(value.as_slice()));
-                *count != 0
-            });
-            self.rows -= before - held.rows.len();
-            if held.rows.is_empty() {
-                self.keys.remove(&key);
-            }
-        }
-    }
-}
 
 /// Each join key of a batch with the range of its rows in an order of rows.
 type Groups<'k> = Vec<(&'k [u8], Range<usize>)>;
@@ -652,11 +328,7 @@ impl Join {
             }
             return Ok(());
         };
-        if let Some(held) = memory.keys.get(key) {
-            for (row, count) in held.rows.iter().filter(|(_, c)| **c != 0) {
-                f(row, *count);
-            }
-        }
+        memory.each(key, f);
         Ok(())
     }
 
@@ -687,13 +359,13 @@ impl Join {
 
     /// A side's rows in memory as the join starts, where they can be held
     /// there: a key the memory does not hold is then held nowhere.
-    fn start_memory(&self, cx: &mut Context<'_>, side: usize) -> Result<Option<Memory>> {
+    fn start_memory(&self, cx: &mut Context<'_>, side: usize) -> Result<Option<InMemory>> {
         if self.expiry.is_some() {
             // Bounded joins index each row's entry by its expiry, so their
             // rows are entries of their own, held in memory only from empty.
             let end = prefix_end(cx.prefix);
             let empty = cx.state.first_in(cx.prefix, &end, false)?.is_none();
-            return Ok(empty.then(Memory::default));
+            return Ok(empty.then(InMemory::entries));
         }
         let rows = cx.key(tag(side));
         if cx
@@ -706,7 +378,7 @@ impl Join {
         }
         let chunks = cx.key(&[b"c", tag(side)].concat());
         let stored = cx.state.scan(&chunks, &prefix_end(&chunks))?;
-        Memory::from_chunks(stored).map(Some)
+        InMemory::from_chunks(stored).map(Some)
     }
 
     /// Write the rows changed in memory back to state; a side gives its
@@ -716,11 +388,11 @@ impl Join {
             let Some(memory) = &mut self.memory[side] else {
                 continue;
             };
-            memory.write_back(cx.state, cx.prefix, tag(side));
-            memory.write_chunk(cx.state, cx.prefix, tag(side));
-            if memory.rows > self.memory_limit {
+            memory.write(cx.state, cx.prefix, tag(side));
+            if memory.rows() > self.memory_limit
+                && let Some(memory) = self.memory[side].take()
+            {
                 memory.spill(cx.state, cx.prefix, tag(side));
-                self.memory[side] = None;
             }
         }
     }
@@ -921,7 +593,9 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::physical_expr::expressions::Column;
 
+    use super::memory::REWRITE_RECORDS;
     use super::*;
+    use crate::dataflow::state::EpochState;
     use crate::state::Store;
 
     fn side() -> Side {
@@ -1044,14 +718,28 @@ mod tests {
                 now: 0,
             };
             op.on_barrier(barrier, &mut cx).expect("barrier");
-            let mut lines = crate::dataflow::change::render(&cx.take_output());
-            lines.sort();
-            out.push(lines);
+            out.push(consolidated(crate::dataflow::change::render(
+                &cx.take_output(),
+            )));
             let mut batch = rocksdb::WriteBatch::default();
             state.drain_into(&mut batch);
             store.db().write(batch).expect("commit");
         }
         (out, store.state_entries(b"test"))
+    }
+
+    /// Rendered changes with each row's diffs summed: an appended side may
+    /// hold a row twice over where a counted one holds it with count 2.
+    fn consolidated(lines: Vec<String>) -> Vec<String> {
+        let mut sums: std::collections::BTreeMap<String, i64> = Default::default();
+        for line in lines {
+            let (diff, row) = line.split_once(' ').expect("a diff and a row");
+            *sums.entry(row.to_string()).or_default() += diff.parse::<i64>().expect("diff");
+        }
+        sums.into_iter()
+            .filter(|(_, diff)| *diff != 0)
+            .map(|(row, diff)| format!("{diff:+} {row}"))
+            .collect()
     }
 
     #[test]
@@ -1106,10 +794,7 @@ mod tests {
             state.drain_into(&mut batch);
             store.db().write(batch).expect("commit");
         }
-        let records: usize = op.memory[0]
-            .as_ref()
-            .and_then(|m| m.chunks.as_ref())
-            .map_or(0, |c| c.records);
+        let records = op.memory[0].as_mut().map_or(0, |m| m.logged_records());
         assert!(
             records <= REWRITE_RECORDS + 1000,
             "{records} records logged"
@@ -1118,22 +803,5 @@ mod tests {
             store.state_entries(b"test") < steps / 500,
             "chunks were not deleted"
         );
-    }
-
-    #[test]
-    fn a_keys_rows_stay_counted_as_the_list_becomes_a_map() {
-        let mut rows = KeyRows::default();
-        for n in 0..20u8 {
-            rows.insert(vec![n], 1);
-            *rows.get_mut(&[n]).expect("just added") += 1;
-        }
-        assert!(matches!(rows, KeyRows::Many(_)));
-        assert!(rows.remove(&[3]) && !rows.remove(&[3]));
-        rows.retain(|row, _| row[0] % 2 == 0);
-        let mut left: Vec<(u8, i64)> = rows.iter().map(|(r, c)| (r[0], *c)).collect();
-        left.sort();
-        let even: Vec<(u8, i64)> = (0..20).step_by(2).map(|n| (n, 2)).collect();
-        assert_eq!(left, even);
-        assert_eq!(rows.len(), 10);
     }
 }
