@@ -385,15 +385,17 @@ impl Join {
     /// memory up once it holds too many.
     fn write_back(&mut self, cx: &mut Context<'_>) {
         for side in 0..2 {
-            let Some(memory) = &mut self.memory[side] else {
+            let Some(memory) = self.memory[side].take() else {
                 continue;
             };
-            memory.write(cx.state, cx.prefix, tag(side));
-            if memory.rows() > self.memory_limit
-                && let Some(memory) = self.memory[side].take()
-            {
+            // A side that spills writes its rows as entries, so the chunk
+            // of this epoch's changes would be written only to be deleted.
+            if memory.rows() > self.memory_limit {
                 memory.spill(cx.state, cx.prefix, tag(side));
+                continue;
             }
+            let memory = self.memory[side].insert(memory);
+            memory.write(cx.state, cx.prefix, tag(side));
         }
     }
 

@@ -558,15 +558,15 @@ impl Counted {
     }
 
     /// Write every row one entry each, as the state of a side not in
-    /// memory, and delete the chunks.
+    /// memory, and delete the chunks (a side already written back one
+    /// entry each writes its changed rows).
     fn spill(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        let Some(mut chunks) = self.chunks.take() else {
-            return;
-        };
-        chunks.delete_stored(state, prefix, tag);
-        for (key, held) in self.keys.iter_mut() {
-            held.dirty = true;
-            self.dirty.push(key.clone());
+        if let Some(mut chunks) = self.chunks.take() {
+            chunks.delete_stored(state, prefix, tag);
+            for (key, held) in self.keys.iter_mut() {
+                held.dirty = true;
+                self.dirty.push(key.clone());
+            }
         }
         self.write_back(state, prefix, tag);
     }
