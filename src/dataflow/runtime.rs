@@ -415,7 +415,10 @@ impl Worker {
         }
         // Sized up front: a batch grown by doubling copies itself again and
         // faults in fresh pages at each step.
-        let written: usize = (self.running.iter().filter(|r| r.failed.is_none()))
+        let written: usize = self
+            .running
+            .iter()
+            .filter(|r| r.failed.is_none())
             .map(|r| r.tasks.budget.load(Ordering::Relaxed))
             .sum();
         let mut batch = WriteBatch::with_capacity_bytes(written.min(PRESIZE_BYTES) * 9 / 8);

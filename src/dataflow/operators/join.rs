@@ -522,7 +522,6 @@ impl Operator for Join {
             if self.preserve[other] && other_rows != 0 {
                 // The other side's rows lose or regain their padding when
                 // this side's rows under the key come or go.
-                let held = self.held(cx, other, key)?;
                 let mut before = 0;
                 self.each_held(cx, side, key, |_, count| before += count)?;
                 let after = before + members.iter().map(|r| diff(*r)).sum::<i64>();
@@ -532,6 +531,7 @@ impl Operator for Join {
                     _ => 0,
                 };
                 if sign != 0 {
+                    let held = self.held(cx, other, key)?;
                     repad_weights.extend(held.iter().map(|(_, c)| sign * c));
                     repadded.extend(held.into_iter().map(|(r, _)| r));
                 }

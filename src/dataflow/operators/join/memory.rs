@@ -54,12 +54,7 @@ impl InMemory {
             chunks.records += records;
             match memory.counted_if(if retracts { -1 } else { 1 }) {
                 InMemory::Appended(rows) => rows.load(&value),
-                InMemory::Counted(rows) => {
-                    let mut rest = value.as_slice();
-                    while let Some((key, row, diff)) = next_record(&mut rest) {
-                        rows.apply(key, row, diff);
-                    }
-                }
+                InMemory::Counted(rows) => rows.apply_records(&value),
             }
         }
         *memory.chunks_mut() = Some(chunks);
@@ -274,10 +269,7 @@ impl Appended {
     /// records not yet logged become the counted side's pending chunk.
     fn counted(self) -> Counted {
         let mut counted = Counted::default();
-        let mut rest = self.records.as_slice();
-        while let Some((key, row, diff)) = next_record(&mut rest) {
-            counted.apply(key, row, diff);
-        }
+        counted.apply_records(&self.records);
         counted.chunks = self.chunks.map(|mut chunks| {
             chunks
                 .pending
@@ -498,6 +490,14 @@ impl Counted {
         let (held, _) = self.bump(key, row, diff);
         if !std::mem::replace(&mut held.dirty, true) {
             self.dirty.push(key.to_vec());
+        }
+    }
+
+    /// Apply each record of a chunk's layout, without logging them.
+    fn apply_records(&mut self, records: &[u8]) {
+        let mut rest = records;
+        while let Some((key, row, diff)) = next_record(&mut rest) {
+            self.apply(key, row, diff);
         }
     }
 
