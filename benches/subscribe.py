@@ -167,17 +167,21 @@ def wait_delivered(subs: list[Subscriber], expected: dict[bytes, int], limit: fl
             time.sleep(0.05)
 
 
-def load(server, rows: int, chunk: int) -> None:
+def load(server, rows: int, chunk: int, cpus) -> None:
     """Insert `rows` rows in statements of `chunk`, the rows made by the server,
     from a psql process of its own: this script's threads share one
     interpreter lock, and 100 busy subscribers would hold back a loader
-    thread far more than the server does."""
+    thread far more than the server does. For the same reason psql runs on
+    `cpus` (the server's, when it is pinned), not beside the subscribers:
+    it stands for the node's writers, whose pace is what is measured."""
     statements = "".join(
         f"INSERT INTO s SELECT value, value % 97 FROM generate_series({base}, "
         f"{min(base + chunk, rows) - 1});\n"
         for base in range(0, rows, chunk))
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     subprocess.run([PSQL, server.conninfo(), "-q", "-v", "ON_ERROR_STOP=1", "-f", "-"],
-                   input=statements.encode(), check=True, stdout=subprocess.DEVNULL)
+                   input=statements.encode(), check=True, stdout=subprocess.DEVNULL,
+                   preexec_fn=pin)
 
 
 @contextlib.contextmanager
@@ -205,7 +209,7 @@ def run_throughput(args, count: int, rep: int) -> dict:
     with busy_node(args) as (server, conn):
         subs = start_subscribers(server, count, watch_markers=False)
         cpu0, t0 = server.cpu_seconds(), time.monotonic()
-        load(server, args.rows, args.chunk)
+        load(server, args.rows, args.chunk, args.server_cpus)
         conn.execute("FLUSH")
         seconds, cpu_s = time.monotonic() - t0, server.cpu_seconds() - cpu0
         expected = view_contents(conn)
@@ -313,9 +317,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--phases", default="throughput,latency")
     p.add_argument("--tmp-dir", default=tempfile.gettempdir())
     p.add_argument("--server-cpus", type=cpu_list, default=None,
-                   help="CPUs for the server, e.g. 0 (default: all)")
+                   help="CPUs for the server and the throughput runs' psql loader, "
+                        "e.g. 0 (default: all)")
     p.add_argument("--client-cpus", type=cpu_list, default=None,
-                   help="CPUs for this script's loader and subscribers, e.g. 1 (default: all); "
+                   help="CPUs for this script's subscribers (and the latency runs' loader), "
+                        "e.g. 1 (default: all); "
                         "apart from the server's, so that what the subscribers cost the "
                         "server is not mixed with what reading the changes costs the clients")
     return p.parse_args(argv)

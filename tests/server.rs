@@ -354,29 +354,11 @@ async fn prepared_statements_take_parameters() {
 }
 
 async fn metrics(server: &TestServer) -> String {
-    http_get(server, "/metrics").await
-}
-
-async fn http_get(server: &TestServer, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", server.http_port))
-        .await
-        .expect("http connect");
-    stream
-        .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-        .await
-        .expect("send");
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await.expect("read");
-    body
+    server.http_get("/metrics").await
 }
 
 async fn entries_read(server: &TestServer) -> u64 {
-    let body = metrics(server).await;
-    body.lines()
-        .find_map(|l| l.strip_prefix("weir_state_entries_read_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("metric present")
+    server.metric("weir_state_entries_read_total").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -35,7 +35,8 @@ use tokio::sync::Mutex;
 
 use super::coalesce;
 use crate::error::Error;
-use crate::session::subscribe::{Encoder, Subscription};
+use crate::session::streams::Encode;
+use crate::session::subscribe::Subscription;
 use crate::session::{self, Engine, Metrics, Output, Session};
 use crate::sql::handlers;
 use crate::sql::handlers::copy::CopyFormat;
@@ -186,10 +187,12 @@ impl QueryHandler {
 
 /// A change stream as COPY data, each batch flushed as it comes, until the
 /// client cancels (the statement is dropped) or goes away (a send fails).
+/// The stream reads and encodes on the stream threads; this connection
+/// only writes what they hand over.
 async fn stream_copy<C>(
     client: &mut C,
-    engine: &Engine,
-    mut subscription: Subscription,
+    engine: &Arc<Engine>,
+    subscription: Subscription,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<Response>
 where
@@ -211,7 +214,7 @@ where
             vec![0; columns],
         )))
         .await?;
-    let encode = |batch: datafusion::arrow::array::RecordBatch| -> crate::Result<bytes::Bytes> {
+    let encode: Encode = Arc::new(move |batch: RecordBatch| {
         let batch = super::text::timestamps_as_postgres(batch, &fields);
         let mut data = bytes::BytesMut::new();
         for row in encode_recordbatch(fields.clone(), batch) {
@@ -219,17 +222,21 @@ where
             super::text::copy_line(&row, &CopyFormat::default(), &mut data);
         }
         Ok(data.freeze())
-    };
-    let encoder = Encoder {
-        format: format!("{options:?}"),
-        encode: &encode,
-    };
+    });
+    let format = format!("{options:?}");
+    let mut pieces = engine
+        .streams
+        .spawn(engine.clone(), subscription, format, encode);
     loop {
-        let pieces = subscription
-            .fetch_encoded(engine, &engine.streams, &encoder)
+        let batch = pieces
+            .recv()
             .await
-            .map_err(to_pg_error)?;
-        for piece in pieces.into_iter().filter(|p| !p.is_empty()) {
+            .ok_or_else(|| to_pg_error(Error::ShuttingDown))?;
+        for piece in batch
+            .map_err(to_pg_error)?
+            .into_iter()
+            .filter(|p| !p.is_empty())
+        {
             client
                 .feed(PgWireBackendMessage::CopyData(CopyData::new(piece)))
                 .await?;

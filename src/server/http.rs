@@ -103,6 +103,10 @@ fn metrics(engine: &Engine) -> String {
     out.push_str(&format!(
         "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"
     ));
+    let streams = engine.streams.running();
+    out.push_str(&format!(
+        "# HELP weir_change_streams COPY change streams running.\n# TYPE weir_change_streams gauge\nweir_change_streams {streams}\n"
+    ));
     let tables = engine.catalog.objects().len();
     out.push_str(&format!(
         "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"

@@ -57,5 +57,9 @@ pub async fn run(
     {
         connections.abort_all();
     }
+    engine
+        .streams
+        .stopped(std::time::Duration::from_secs(2))
+        .await;
     Ok(())
 }

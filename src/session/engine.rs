@@ -34,8 +34,8 @@ pub struct Engine {
     pub clock: Arc<Clock>,
     pub runtime: Runtime,
     pub metrics: Metrics,
-    /// Changelog chunks encoded for COPY streams, shared between subscribers.
-    pub streams: super::subscribe::LineCache,
+    /// Where COPY change streams run.
+    pub streams: super::streams::Streams,
     /// The tasks of sources and sinks.
     pub connectors: crate::connector::Connectors,
 }
@@ -77,6 +77,7 @@ impl Engine {
             disk: Some(disk),
         };
         let runtime = Runtime::start(store.db().clone(), settings)?;
+        let streams = super::streams::Streams::start()?;
         Ok(Arc::new(Engine {
             clock,
             runtime,
@@ -86,7 +87,7 @@ impl Engine {
             writer,
             ctx,
             metrics: Metrics::default(),
-            streams: Default::default(),
+            streams,
             connectors: Default::default(),
         }))
     }

@@ -2,6 +2,7 @@
 
 mod clock;
 mod engine;
+pub mod streams;
 pub mod subscribe;
 
 use std::collections::BTreeMap;

@@ -169,6 +169,30 @@ impl TestServer {
         tokio::spawn(connection);
         client
     }
+
+    /// The body of a GET on the HTTP endpoint, headers included.
+    pub async fn http_get(&self, path: &str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.http_port))
+            .await
+            .expect("http connect");
+        stream
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .expect("send");
+        let mut body = String::new();
+        stream.read_to_string(&mut body).await.expect("read");
+        body
+    }
+
+    /// A number from `/metrics`.
+    pub async fn metric(&self, name: &str) -> u64 {
+        let body = self.http_get("/metrics").await;
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("metric {name} present"))
+    }
 }
 
 impl Drop for TestServer {
