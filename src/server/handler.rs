@@ -34,6 +34,7 @@ use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
 use super::coalesce;
+use super::copyout::{Cancel, Sockets};
 use crate::error::Error;
 use crate::session::streams::Encode;
 use crate::session::subscribe::Subscription;
@@ -46,21 +47,29 @@ use crate::sql::parser::{self, Statement};
 pub struct Handlers {
     query: Arc<QueryHandler>,
     startup: Arc<Startup>,
-    cancel: Arc<DefaultCancelHandler>,
+    cancel: Arc<Cancel>,
+    /// Duplicates of the connections' sockets, for COPY streams.
+    pub sockets: Arc<Sockets>,
 }
 
 impl Handlers {
     pub fn new(engine: Arc<Engine>) -> Handlers {
         let manager = Arc::new(ConnectionManager::new());
+        let sockets = Arc::new(Sockets::default());
         Handlers {
             query: Arc::new(QueryHandler {
                 engine: engine.clone(),
                 parser: Arc::new(StatementParser { engine }),
+                sockets: sockets.clone(),
             }),
             startup: Arc::new(Startup {
                 manager: manager.clone(),
             }),
-            cancel: Arc::new(DefaultCancelHandler::new(manager)),
+            cancel: Arc::new(Cancel {
+                inner: DefaultCancelHandler::new(manager),
+                sockets: sockets.clone(),
+            }),
+            sockets,
         }
     }
 }
@@ -101,6 +110,7 @@ impl NoopStartupHandler for Startup {
 pub struct QueryHandler {
     engine: Arc<Engine>,
     parser: Arc<StatementParser>,
+    sockets: Arc<Sockets>,
 }
 
 type SharedSession = Mutex<Session>;
@@ -150,7 +160,7 @@ impl QueryHandler {
         format_options: Arc<FormatOptions>,
     ) -> PgWireResult<Response>
     where
-        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
@@ -173,7 +183,12 @@ impl QueryHandler {
         session.progress = None;
         match output {
             Ok(Output::CopyOut(subscription)) => {
-                stream_copy(client, &self.engine, *subscription, format_options).await
+                let stream = CopyStream {
+                    engine: &self.engine,
+                    sockets: &self.sockets,
+                    subscription: *subscription,
+                };
+                stream_copy(client, stream, format_options).await
             }
             Ok(output) => to_response(output, format, format_options),
             Err(e) => {
@@ -185,28 +200,35 @@ impl QueryHandler {
     }
 }
 
-/// A change stream as COPY data, each batch flushed as it comes, until the
-/// client cancels (the statement is dropped) or goes away (a send fails).
-/// The stream reads and encodes on the stream threads; this connection
-/// only writes what they hand over.
+/// A change stream and where it may write.
+struct CopyStream<'a> {
+    engine: &'a Arc<Engine>,
+    sockets: &'a Arc<Sockets>,
+    subscription: Subscription,
+}
+
+/// A change stream as COPY data until the client cancels (the statement is
+/// dropped) or goes away (a send fails). The stream reads, encodes and
+/// writes on the stream threads (`copyout`); when the connection has no
+/// duplicate socket, it hands its pieces here to write.
 async fn stream_copy<C>(
     client: &mut C,
-    engine: &Arc<Engine>,
-    subscription: Subscription,
+    stream: CopyStream<'_>,
     options: Arc<FormatOptions>,
 ) -> PgWireResult<Response>
 where
-    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    let schema = subscription.schema().clone();
+    let schema = stream.subscription.schema().clone();
     let fields = Arc::new(arrow_schema_to_pg_fields(
         &schema,
         &Format::UnifiedText,
         Some(options.clone()),
     )?);
     let columns = fields.len();
+    // `send` flushes: pgwire holds nothing unwritten once the stream starts.
     client
         .send(PgWireBackendMessage::CopyOutResponse(CopyOutResponse::new(
             0,
@@ -223,10 +245,17 @@ where
         }
         Ok(data.freeze())
     });
+    let (pid, secret) = client.pid_and_secret_key();
+    let (direct, _registered) = stream
+        .sockets
+        .direct(&client.socket_addr(), pid, secret)
+        .unzip();
     let format = format!("{options:?}");
-    let mut pieces = engine
-        .streams
-        .spawn(engine.clone(), subscription, format, encode);
+    let engine = stream.engine;
+    let mut pieces =
+        engine
+            .streams
+            .spawn(engine.clone(), stream.subscription, format, encode, direct);
     loop {
         let batch = pieces
             .recv()

@@ -1,6 +1,7 @@
 //! Bytes: the pgwire listener and the HTTP endpoint. Knows no SQL.
 
 mod coalesce;
+mod copyout;
 mod handler;
 pub mod http;
 mod text;
@@ -37,12 +38,21 @@ pub async fn run(
                     }
                 };
                 let _ = socket.set_nodelay(true);
+                let socket = match handlers.sockets.accept(socket, peer) {
+                    Ok(socket) => socket,
+                    Err(e) => {
+                        tracing::warn!(peer = %peer, cause = %e, "cannot keep a duplicate of a socket");
+                        continue;
+                    }
+                };
                 Metrics::add(&engine.metrics.connections, 1);
                 let handlers = handlers.clone();
                 connections.spawn(async move {
+                    let sockets = handlers.sockets.clone();
                     if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
                         tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
                     }
+                    sockets.closed(&peer);
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

@@ -56,4 +56,7 @@ reader.cancel()
 thread.join(30)
 assert not failure, failure
 assert got == [("2", "1", "1", "11"), ("3", "1", "2", "5")], got
+# The stream wrote its frames itself: after the cancel the connection is
+# still in step with the protocol.
+assert reader.execute("SELECT count(*) FROM pos").fetchone() == (2,)
 print("psycopg: ok")
