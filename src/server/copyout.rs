@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -44,17 +45,15 @@ pub struct Registered {
 }
 
 impl Sockets {
-    /// Splits off a duplicate of an accepted socket's descriptor; pgwire
-    /// gets the socket back.
-    pub fn accept(
-        &self,
-        socket: tokio::net::TcpStream,
-        peer: SocketAddr,
-    ) -> std::io::Result<tokio::net::TcpStream> {
-        let socket = socket.into_std()?;
-        let duplicate = socket.try_clone()?;
-        lock(&self.peers).insert(peer, duplicate);
-        tokio::net::TcpStream::from_std(socket)
+    /// Keeps a duplicate of an accepted socket's descriptor. Without one,
+    /// the connection writes its COPY streams itself.
+    pub fn accept(&self, socket: &tokio::net::TcpStream, peer: SocketAddr) {
+        match socket.as_fd().try_clone_to_owned() {
+            Ok(duplicate) => {
+                lock(&self.peers).insert(peer, duplicate.into());
+            }
+            Err(e) => tracing::debug!(peer = %peer, cause = %e, "cannot duplicate a socket"),
+        }
     }
 
     pub fn closed(&self, peer: &SocketAddr) {

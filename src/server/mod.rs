@@ -38,13 +38,7 @@ pub async fn run(
                     }
                 };
                 let _ = socket.set_nodelay(true);
-                let socket = match handlers.sockets.accept(socket, peer) {
-                    Ok(socket) => socket,
-                    Err(e) => {
-                        tracing::warn!(peer = %peer, cause = %e, "cannot keep a duplicate of a socket");
-                        continue;
-                    }
-                };
+                handlers.sockets.accept(&socket, peer);
                 Metrics::add(&engine.metrics.connections, 1);
                 let handlers = handlers.clone();
                 connections.spawn(async move {

@@ -3,9 +3,9 @@
 //!
 //! A subscriber reads its changes from the log, so it can always catch up
 //! later; the dataflow cannot. On a busy node the streams therefore get
-//! only the CPU the dataflow leaves, and a hundred of them slow a view down
-//! no more than one does. What stays with the connection is handing the
-//! encoded pieces to its socket.
+//! only the CPU the dataflow leaves. They read, encode and, given a
+//! duplicate of the connection's socket, write their frames to the client
+//! too, so that copying the changes into sockets is theirs as well.
 
 use std::io::IoSlice;
 use std::sync::Arc;
