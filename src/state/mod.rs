@@ -9,6 +9,7 @@
 //! Writes go through the [`writer::Writer`], which group-commits. Reads take
 //! a [`ReadView`], one RocksDB snapshot shared by everything a statement reads.
 
+pub mod commitlog;
 pub mod disk;
 pub mod keys;
 pub mod rows;

@@ -1,24 +1,30 @@
-//! The writer: applies every table write on one thread and group-commits.
+//! The writer: applies every table write, one group at a time, and group-commits.
 //!
-//! Statements send a [`WriteRequest`] and wait for its reply. The writer takes
-//! every request that is waiting, checks each against the committed state plus
-//! the requests before it in the same group (an overlay), and commits the group
-//! in one RocksDB `WriteBatch` with one fsync. A request that fails its checks
-//! (a duplicate key, a concurrent update) contributes nothing and gets its own
-//! error; the others commit. So a statement is atomic, and many concurrent
-//! writers share one sync.
+//! A statement that finds the writer idle commits its own write on its own
+//! thread, as a PostgreSQL backend flushes its own WAL: a single client then
+//! pays for no hand-off to another thread and back. Otherwise it sends a
+//! [`WriteRequest`] to the writer thread and waits for the reply. The writer
+//! thread takes every request that is waiting, checks each against the
+//! committed state plus the requests before it in the same group (an
+//! overlay), and commits the group in one RocksDB `WriteBatch` with one fsync.
+//! A request that fails its checks (a duplicate key, a concurrent update)
+//! contributes nothing and gets its own error; the others commit. So a
+//! statement is atomic, and many concurrent writers share one sync.
 //!
-//! Log offsets are assigned here, which makes each partition's offsets dense
-//! and ordered by commit.
+//! Log offsets are assigned under the commit lock, which makes each
+//! partition's offsets dense and ordered by commit.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use rocksdb::{DB, WriteBatch, WriteOptions};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, Stamp, chunk_len, decode_chunk, encode_chunk};
+use crate::state::commitlog::CommitLog;
 use crate::state::disk::{DiskGuard, is_disk_full};
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
@@ -132,12 +138,55 @@ pub fn producer_seq(db: &DB, id: &str) -> Result<Option<u64>> {
     crate::state::read_u64(db, &producer_key(id))
 }
 
-/// A handle to the writer thread.
+/// A handle to the writer.
 #[derive(Clone, Debug)]
 pub struct Writer {
     tx: mpsc::Sender<WriteRequest>,
     /// The sequence number of the last committed group.
     committed: watch::Receiver<u64>,
+    shared: Arc<Shared>,
+}
+
+/// What every committer shares: the writer thread and inline callers.
+struct Shared {
+    db: Weak<DB>,
+    disk: Option<DiskGuard>,
+    /// Held while a group commits, so that one group commits at a time.
+    committer: parking_lot::Mutex<Committer>,
+    sequence: watch::Sender<u64>,
+    /// Requests sent to the writer thread that it has not taken yet; while
+    /// there are any, nobody commits inline ahead of them.
+    queued: AtomicUsize,
+    /// Until when (microseconds since `started`) statements leave commits
+    /// to the writer thread, because several were writing at once lately.
+    contended_until: AtomicU64,
+    started: Instant,
+}
+
+/// How long statements stop committing inline after two wrote at once.
+/// Under concurrency an inline commit would block one of the few threads
+/// that serve connections for a whole sync, and commit a group of one.
+const CONTENDED: Duration = Duration::from_millis(100);
+
+impl Shared {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    fn contended(&self) -> bool {
+        self.now() < self.contended_until.load(Ordering::Relaxed)
+    }
+
+    fn mark_contended(&self) {
+        let until = self.now() + CONTENDED.as_micros() as u64;
+        self.contended_until.fetch_max(until, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").finish_non_exhaustive()
+    }
 }
 
 impl Writer {
@@ -150,12 +199,32 @@ impl Writer {
     /// measuring what fsync costs, never for data a power cut must not lose.
     pub fn start(db: Arc<DB>, disk: Option<DiskGuard>, sync: bool) -> Result<Writer> {
         let (tx, rx) = mpsc::channel(1024);
+        // Opened even when writes are not synced: what a power cut took from
+        // an earlier run that synced must come back either way.
+        let log = CommitLog::open(&db, read_sequence(&db)?)?;
+        let log = sync.then_some(log);
         let (sequence, committed) = watch::channel(read_sequence(&db)?);
-        let db = Arc::downgrade(&db);
+        let shared = Arc::new(Shared {
+            db: Arc::downgrade(&db),
+            disk,
+            committer: parking_lot::Mutex::new(Committer {
+                offsets: Offsets::default(),
+                log,
+            }),
+            sequence,
+            queued: AtomicUsize::new(0),
+            contended_until: AtomicU64::new(0),
+            started: Instant::now(),
+        });
+        let thread = shared.clone();
         std::thread::Builder::new()
             .name("weir-writer".into())
-            .spawn(move || run(db, disk, sync, rx, sequence))?;
-        Ok(Writer { tx, committed })
+            .spawn(move || run(&thread, rx))?;
+        Ok(Writer {
+            tx,
+            committed,
+            shared,
+        })
     }
 
     /// Watches the sequence number of the last committed group: every table
@@ -193,17 +262,43 @@ impl Writer {
         producers: Vec<Producer>,
     ) -> Result<u64> {
         let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(WriteRequest {
-                target,
-                op,
-                watermark,
-                producers,
-                reply,
-            })
-            .await
-            .map_err(|_| Error::ShuttingDown)?;
+        let request = WriteRequest {
+            target,
+            op,
+            watermark,
+            producers,
+            reply,
+        };
+        if let Some(request) = self.commit_inline(request) {
+            self.shared.queued.fetch_add(1, Ordering::AcqRel);
+            self.tx
+                .send(request)
+                .await
+                .map_err(|_| Error::ShuttingDown)?;
+        }
         rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Commit `request` on this thread when the writer is idle and nobody
+    /// else wrote lately; hands it back otherwise.
+    ///
+    /// This blocks the calling thread for one sync. At most one thread does
+    /// so at a time, and only while statements write one at a time.
+    fn commit_inline(&self, request: WriteRequest) -> Option<WriteRequest> {
+        let shared = &self.shared;
+        if shared.queued.load(Ordering::Acquire) != 0 || shared.contended() {
+            return Some(request);
+        }
+        let Some(mut committer) = shared.committer.try_lock() else {
+            shared.mark_contended();
+            return Some(request);
+        };
+        shared.commit(&mut committer, vec![request]);
+        drop(committer);
+        if shared.queued.load(Ordering::Acquire) != 0 {
+            shared.mark_contended();
+        }
+        None
     }
 }
 
@@ -224,19 +319,8 @@ fn read_sequence(db: &DB) -> Result<u64> {
     Ok(crate::state::read_u64(db, SEQUENCE_KEY)?.unwrap_or(0))
 }
 
-fn run(
-    db: Weak<DB>,
-    disk: Option<DiskGuard>,
-    sync: bool,
-    mut rx: mpsc::Receiver<WriteRequest>,
-    sequence: watch::Sender<u64>,
-) {
-    let mut offsets = Offsets::default();
+fn run(shared: &Shared, mut rx: mpsc::Receiver<WriteRequest>) {
     while let Some(first) = rx.blocking_recv() {
-        let Some(db) = db.upgrade() else {
-            let _ = first.reply.send(Err(Error::ShuttingDown));
-            break;
-        };
         let mut requests = vec![first];
         while requests.len() < MAX_GROUP {
             match rx.try_recv() {
@@ -244,17 +328,37 @@ fn run(
                 Err(_) => break,
             }
         }
+        shared.queued.fetch_sub(requests.len(), Ordering::AcqRel);
+        if requests.len() > 1 {
+            shared.mark_contended();
+        }
+        let mut committer = shared.committer.lock();
+        if !shared.commit(&mut committer, requests) {
+            break;
+        }
+    }
+}
+
+impl Shared {
+    /// Commit one group and answer each request; false once the store is gone.
+    fn commit(&self, committer: &mut Committer, requests: Vec<WriteRequest>) -> bool {
+        let Some(db) = self.db.upgrade() else {
+            for request in requests {
+                let _ = request.reply.send(Err(Error::ShuttingDown));
+            }
+            return false;
+        };
         let stamp = Stamp {
-            epoch: *sequence.borrow() + 1,
+            epoch: *self.sequence.borrow() + 1,
             time: now_micros(),
             compacted: false,
         };
-        let replies = match disk.as_ref().map(DiskGuard::check) {
+        let replies = match self.disk.as_ref().map(DiskGuard::check) {
             Some(Err(full)) => refuse(requests, &full),
-            _ => commit_group(&db, &mut offsets, requests, sync, stamp),
+            _ => commit_group(&db, committer, requests, stamp),
         };
         if replies.iter().any(|(_, outcome)| outcome.is_ok()) {
-            sequence.send_replace(stamp.epoch);
+            self.sequence.send_replace(stamp.epoch);
         }
         // Let go of the database before anyone hears back: whoever owns the
         // store must be the one that closes it.
@@ -263,6 +367,7 @@ fn run(
             // A client that went away does not undo a committed write.
             let _ = reply.send(outcome);
         }
+        true
     }
 }
 
@@ -277,14 +382,21 @@ fn refuse(requests: Vec<WriteRequest>, error: &Error) -> Vec<Reply> {
         .collect()
 }
 
+/// What the one committing thread owns.
+struct Committer {
+    offsets: Offsets,
+    /// Where groups become durable; `None` when writes are not synced.
+    log: Option<CommitLog>,
+}
+
 /// Apply and commit one group; returns each request's reply.
 fn commit_group(
     db: &DB,
-    offsets: &mut Offsets,
+    committer: &mut Committer,
     requests: Vec<WriteRequest>,
-    sync: bool,
     stamp: Stamp,
 ) -> Vec<Reply> {
+    let offsets = &mut committer.offsets;
     let mut group = Group {
         stamp,
         ..Group::default()
@@ -318,7 +430,8 @@ fn commit_group(
             Err(e) => replies.push((request.reply, Err(e))),
         }
     }
-    if let Err(e) = group.commit(db, sync) {
+    if let Err(e) = group.commit(db, committer.log.as_mut()) {
+        let offsets = &mut committer.offsets;
         tracing::error!(cause = %e, "group commit failed");
         offsets.forget();
         let full = is_disk_full(&e);
@@ -495,7 +608,7 @@ impl Group {
         ops + producers + 64
     }
 
-    fn commit(self, db: &DB, sync: bool) -> Result<()> {
+    fn commit(self, db: &DB, ring: Option<&mut CommitLog>) -> Result<()> {
         let rows = cf(db, CF_ROWS);
         let log = cf(db, CF_LOG);
         // Sized up front: a bulk load's batch would otherwise grow by
@@ -517,10 +630,14 @@ impl Group {
                 Op::PutLog(k, v) => batch.put_cf(log, k, v),
             }
         }
-        let mut options = WriteOptions::default();
-        options.set_sync(sync);
-        db.write_opt(batch, &options)?;
-        Ok(())
+        match ring {
+            Some(ring) => ring.commit(db, self.stamp.epoch, batch),
+            None => {
+                let mut options = WriteOptions::default();
+                options.set_sync(false);
+                Ok(db.write_opt(batch, &options)?)
+            }
+        }
     }
 }
 
@@ -901,6 +1018,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_store_that_lost_its_unsynced_writes_gets_them_back_from_the_commit_log() {
+        let synced = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(synced.path()).expect("open");
+        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        for key in [b"a", b"b", b"c"] {
+            let insert = WriteOp::Insert {
+                rows: vec![row(key, b"1")],
+            };
+            writer.write(target(), insert).await.expect("insert");
+        }
+        let ring = std::fs::read(store.db().path().join("commit.ring")).expect("ring");
+
+        // A store whose own log lost every write, beside the ring that kept them.
+        let lost = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(lost.path()).expect("open");
+        std::fs::write(store.db().path().join("commit.ring"), ring).expect("copy ring");
+        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        assert_eq!(*writer.committed().borrow(), 3);
+        assert_eq!(total_log(store.db()), 3);
+        let again = WriteOp::Insert {
+            rows: vec![row(b"a", b"2")],
+        };
+        let err = writer.write(target(), again).await.expect_err("duplicate");
+        assert_eq!(err.sqlstate(), "23505", "the replayed row is there");
+    }
+
+    #[tokio::test]
     async fn concurrent_requests_in_one_group_see_each_other() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
@@ -946,12 +1090,14 @@ mod tests {
         let (first, _) = request(1);
         let (again, _) = request(1);
         let (next, _) = request(2);
-        let mut offsets = Offsets::default();
+        let mut committer = Committer {
+            offsets: Offsets::default(),
+            log: None,
+        };
         let replies = commit_group(
             store.db(),
-            &mut offsets,
+            &mut committer,
             vec![first, again, next],
-            true,
             Stamp::default(),
         );
         let outcomes: Vec<u64> = replies

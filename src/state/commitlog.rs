@@ -1,0 +1,273 @@
+//! The commit log: where a small group commit becomes durable.
+//!
+//! RocksDB appends its write-ahead log to a growing file, so every sync
+//! must also write the file's new size and extents: two more device writes
+//! than a sync of bytes already allocated. PostgreSQL avoids that by
+//! writing into WAL segments it zero-filled ahead of time. The commit log
+//! does the same for weir's writer: a fixed-size, zero-filled file used as
+//! a ring. A group's `WriteBatch` is written here and synced, then applied
+//! to RocksDB without a sync; RocksDB still writes it to its own log, which
+//! the operating system keeps however the process dies.
+//!
+//! Only a power cut or a kernel crash can lose the tail of RocksDB's log.
+//! RocksDB then recovers a prefix of its writes, and the records here whose
+//! group sequence comes after that prefix are applied again, in order.
+//!
+//! Before the ring wraps, RocksDB's log is synced, so every record the wrap
+//! overwrites is durable in RocksDB. Each record carries the lap it was
+//! written in and a checksum; reading stops at the first record of another
+//! lap, a torn record or the zeroes never written.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rocksdb::{DB, WriteBatch, WriteOptions};
+
+use crate::error::{Error, Result};
+
+/// Bytes in a new ring: about ten thousand single-row commits per lap.
+const CAPACITY: u64 = 4 << 20;
+/// Length, checksum, lap and sequence.
+const HEADER: usize = 4 + 4 + 4 + 8;
+/// Batches larger than this sync through RocksDB's own log: their sync is
+/// shared by many rows, and writing them twice would cost more than it saves.
+pub const MAX_RECORD: usize = 256 << 10;
+
+const FILE_NAME: &str = "commit.ring";
+
+/// The ring file and where the next record goes.
+#[derive(Debug)]
+pub struct CommitLog {
+    file: File,
+    capacity: u64,
+    lap: u32,
+    next: u64,
+}
+
+impl CommitLog {
+    /// Open the ring in RocksDB's directory, first applying every record
+    /// RocksDB lost; creates it zero-filled when missing.
+    pub fn open(db: &DB, committed: u64) -> Result<CommitLog> {
+        let path = db.path().join(FILE_NAME);
+        let lap = match std::fs::read(&path) {
+            Ok(bytes) => replay(db, &bytes, committed)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(e.into()),
+        };
+        let file = open_ring(&path)?;
+        let capacity = file.metadata()?.len();
+        Ok(CommitLog {
+            file,
+            capacity,
+            // A fresh lap from the start: what the last one held is durable
+            // in RocksDB now, and reading must not run on into it.
+            lap: lap.wrapping_add(1).max(1),
+            next: 0,
+        })
+    }
+
+    /// Make `batch`, the group with sequence `seq`, durable, then apply it.
+    pub fn commit(&mut self, db: &DB, seq: u64, batch: WriteBatch) -> Result<()> {
+        let record_len = (HEADER + batch.data().len()) as u64;
+        if batch.data().len() > MAX_RECORD || record_len > self.capacity {
+            let mut options = WriteOptions::default();
+            options.set_sync(true);
+            return Ok(db.write_opt(batch, &options)?);
+        }
+        if self.next + record_len > self.capacity {
+            // Everything the wrap overwrites must be durable elsewhere first.
+            db.flush_wal(true)?;
+            self.lap = self.lap.wrapping_add(1).max(1);
+            self.next = 0;
+        }
+        let at = self.next;
+        let record = encode(self.lap, seq, batch.data());
+        let outcome = self.write(at, &record).and_then(|()| apply(db, batch));
+        match outcome {
+            Ok(()) => self.next = at + record_len,
+            // The group failed, so its record must never be applied again;
+            // the next group's record takes its place.
+            Err(_) => {
+                let _ = self.write(at, &[0; HEADER]);
+            }
+        }
+        outcome
+    }
+
+    fn write(&self, at: u64, bytes: &[u8]) -> Result<()> {
+        self.file.write_all_at(bytes, at)?;
+        self.file.sync_data()?;
+        Ok(())
+    }
+}
+
+/// Apply a batch already durable in the ring: RocksDB need not sync it.
+fn apply(db: &DB, batch: WriteBatch) -> Result<()> {
+    let mut options = WriteOptions::default();
+    options.set_sync(false);
+    Ok(db.write_opt(batch, &options)?)
+}
+
+/// An existing ring, or a new one filled with zeroes so that no later sync
+/// has to record a new size or allocation.
+fn open_ring(path: &Path) -> Result<File> {
+    if let Ok(file) = OpenOptions::new().read(true).write(true).open(path)
+        && file.metadata()?.len() >= HEADER as u64 * 2
+    {
+        return Ok(file);
+    }
+    let fresh = PathBuf::from(format!("{}.new", path.display()));
+    let mut file = File::create(&fresh)?;
+    let zeroes = vec![0u8; 1 << 20];
+    for _ in 0..CAPACITY / zeroes.len() as u64 {
+        file.write_all(&zeroes)?;
+    }
+    file.sync_all()?;
+    std::fs::rename(&fresh, path)?;
+    if let Some(dir) = path.parent() {
+        File::open(dir)?.sync_all()?;
+    }
+    Ok(OpenOptions::new().read(true).write(true).open(path)?)
+}
+
+fn encode(lap: u32, seq: u64, data: &[u8]) -> Vec<u8> {
+    let mut record = Vec::with_capacity(HEADER + data.len());
+    record.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    record.extend_from_slice(&[0; 4]);
+    record.extend_from_slice(&lap.to_le_bytes());
+    record.extend_from_slice(&seq.to_le_bytes());
+    record.extend_from_slice(data);
+    let crc = crc32fast::hash(&record[8..]);
+    record[4..8].copy_from_slice(&crc.to_le_bytes());
+    record
+}
+
+/// One record read back: its lap, sequence and batch.
+struct Record<'a> {
+    lap: u32,
+    seq: u64,
+    data: &'a [u8],
+}
+
+fn decode(bytes: &[u8]) -> Option<Record<'_>> {
+    let header = bytes.get(..HEADER)?;
+    let len = u32::from_le_bytes(header[0..4].try_into().ok()?) as usize;
+    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    let body = bytes.get(8..HEADER + len)?;
+    if len == 0 || crc32fast::hash(body) != crc {
+        return None;
+    }
+    Some(Record {
+        lap: u32::from_le_bytes(header[8..12].try_into().ok()?),
+        seq: u64::from_le_bytes(header[12..20].try_into().ok()?),
+        data: &bytes[HEADER..HEADER + len],
+    })
+}
+
+/// The records of the newest lap, in the order they were written.
+fn live_records(bytes: &[u8]) -> Vec<Record<'_>> {
+    let mut records: Vec<Record<'_>> = Vec::new();
+    let mut at = 0;
+    while let Some(record) = bytes.get(at..).and_then(decode) {
+        let in_step = records
+            .last()
+            .is_none_or(|last| record.lap == last.lap && record.seq > last.seq);
+        if !in_step {
+            break;
+        }
+        at += HEADER + record.data.len();
+        records.push(record);
+    }
+    records
+}
+
+/// Apply the records after group `committed`, RocksDB's last; returns the
+/// ring's newest lap.
+fn replay(db: &DB, bytes: &[u8], committed: u64) -> Result<u32> {
+    let records = live_records(bytes);
+    let lost: Vec<&Record<'_>> = records.iter().filter(|r| r.seq > committed).collect();
+    for record in &lost {
+        db.write(WriteBatch::from_data(record.data))
+            .map_err(|e| Error::Internal(format!("replaying the commit log: {e}")))?;
+    }
+    if !lost.is_empty() {
+        tracing::warn!(
+            groups = lost.len(),
+            after = committed,
+            "applied groups the store had lost from the commit log"
+        );
+        db.flush_wal(true)?;
+    }
+    Ok(records.last().map_or(0, |r| r.lap))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{CF_STATE, Store, cf};
+
+    fn batch(db: &DB, key: &[u8]) -> WriteBatch {
+        let mut batch = WriteBatch::default();
+        batch.put_cf(cf(db, CF_STATE), key, b"v");
+        batch
+    }
+
+    #[test]
+    fn records_read_back_stop_at_another_lap_or_a_torn_record() {
+        let mut ring = [encode(2, 7, b"a"), encode(2, 8, b"bb"), encode(1, 9, b"c")].concat();
+        let records = live_records(&ring);
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), [7, 8]);
+        let torn = HEADER + 1 + HEADER;
+        ring[torn] ^= 1;
+        assert_eq!(live_records(&ring).len(), 1);
+        assert!(live_records(&[0; 64]).is_empty());
+    }
+
+    #[test]
+    fn groups_the_store_lost_are_applied_again_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let db = store.db();
+        let ring = [
+            encode(3, 4, batch(db, b"k4").data()),
+            encode(3, 5, batch(db, b"k5").data()),
+        ]
+        .concat();
+        let lap = replay(db, &ring, 4).expect("replay");
+        assert_eq!(lap, 3);
+        let state = cf(db, CF_STATE);
+        assert!(
+            db.get_cf(state, b"k4").expect("get").is_none(),
+            "kept by the store"
+        );
+        assert!(
+            db.get_cf(state, b"k5").expect("get").is_some(),
+            "lost, applied again"
+        );
+    }
+
+    #[test]
+    fn a_ring_that_wraps_keeps_every_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let db = store.db();
+        let mut log = CommitLog::open(db, 0).expect("open ring");
+        log.capacity = 256;
+        for seq in 1..=20u64 {
+            let key = format!("k{seq}");
+            log.commit(db, seq, batch(db, key.as_bytes()))
+                .expect("commit");
+        }
+        assert!(log.lap > 1, "the ring wrapped");
+        let bytes = std::fs::read(db.path().join(FILE_NAME)).expect("read ring");
+        let live = live_records(&bytes[..256]);
+        assert_eq!(live.last().map(|r| r.seq), Some(20));
+        let state = cf(db, CF_STATE);
+        for seq in 1..=20u64 {
+            let key = format!("k{seq}");
+            assert!(db.get_cf(state, key.as_bytes()).expect("get").is_some());
+        }
+    }
+}
