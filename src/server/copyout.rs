@@ -16,10 +16,11 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::SecretKey;
@@ -50,14 +51,14 @@ impl Sockets {
     pub fn accept(&self, socket: &tokio::net::TcpStream, peer: SocketAddr) {
         match socket.as_fd().try_clone_to_owned() {
             Ok(duplicate) => {
-                lock(&self.peers).insert(peer, duplicate.into());
+                self.peers.lock().insert(peer, duplicate.into());
             }
             Err(e) => tracing::debug!(peer = %peer, cause = %e, "cannot duplicate a socket"),
         }
     }
 
     pub fn closed(&self, peer: &SocketAddr) {
-        lock(&self.peers).remove(peer);
+        self.peers.lock().remove(peer);
     }
 
     /// A stream's way to its client, registered for cancels until the
@@ -68,9 +69,9 @@ impl Sockets {
         pid: i32,
         secret: SecretKey,
     ) -> Option<(Direct, Registered)> {
-        let socket = lock(&self.peers).get(peer)?.try_clone().ok()?;
+        let socket = self.peers.lock().get(peer)?.try_clone().ok()?;
         let control = Arc::new(Control::default());
-        lock(&self.streams).insert(pid, (secret, control.clone()));
+        self.streams.lock().insert(pid, (secret, control.clone()));
         let registered = Registered {
             sockets: self.clone(),
             pid,
@@ -81,7 +82,7 @@ impl Sockets {
     /// Has the stream of connection `pid` stop at a frame boundary, and
     /// waits until it has.
     async fn quiet(&self, pid: i32, secret: &SecretKey) {
-        let control = match lock(&self.streams).get(&pid) {
+        let control = match self.streams.lock().get(&pid) {
             Some((key, control)) if key == secret => control.clone(),
             _ => return,
         };
@@ -93,7 +94,7 @@ impl Sockets {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        lock(&self.sockets.streams).remove(&self.pid);
+        self.sockets.streams.lock().remove(&self.pid);
     }
 }
 
@@ -109,8 +110,4 @@ impl CancelHandler for Cancel {
         self.sockets.quiet(request.pid, &request.secret_key).await;
         self.inner.on_cancel_request(request).await;
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -84,7 +84,9 @@ impl CommitLog {
         }
         let at = self.next;
         let record = encode(self.lap, seq, batch.data());
-        let outcome = self.write(at, &record).and_then(|()| apply(db, batch));
+        let outcome = self
+            .write(at, &record)
+            .and_then(|()| write_unsynced(db, batch));
         match outcome {
             Ok(()) => self.next = at + record_len,
             // The group failed, so its record must never be applied again;
@@ -103,8 +105,9 @@ impl CommitLog {
     }
 }
 
-/// Apply a batch already durable in the ring: RocksDB need not sync it.
-fn apply(db: &DB, batch: WriteBatch) -> Result<()> {
+/// Apply a batch without a sync: one already durable in the ring, or one
+/// whose writer chose not to sync.
+pub fn write_unsynced(db: &DB, batch: WriteBatch) -> Result<()> {
     let mut options = WriteOptions::default();
     options.set_sync(false);
     Ok(db.write_opt(batch, &options)?)

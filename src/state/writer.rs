@@ -19,12 +19,12 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use rocksdb::{DB, WriteBatch, WriteOptions};
+use rocksdb::{DB, WriteBatch};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, Stamp, chunk_len, decode_chunk, encode_chunk};
-use crate::state::commitlog::CommitLog;
+use crate::state::commitlog::{self, CommitLog};
 use crate::state::disk::{DiskGuard, is_disk_full};
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
@@ -431,9 +431,8 @@ fn commit_group(
         }
     }
     if let Err(e) = group.commit(db, committer.log.as_mut()) {
-        let offsets = &mut committer.offsets;
         tracing::error!(cause = %e, "group commit failed");
-        offsets.forget();
+        committer.offsets.forget();
         let full = is_disk_full(&e);
         let message = e.to_string();
         return replies
@@ -632,11 +631,7 @@ impl Group {
         }
         match ring {
             Some(ring) => ring.commit(db, self.stamp.epoch, batch),
-            None => {
-                let mut options = WriteOptions::default();
-                options.set_sync(false);
-                Ok(db.write_opt(batch, &options)?)
-            }
+            None => commitlog::write_unsynced(db, batch),
         }
     }
 }
