@@ -28,7 +28,9 @@ so that every epoch retracts and re-inserts thousands of groups.
   latency     with the default 100 ms barriers, a loader writes --load-rate
               rows/s into s while a probe inserts a marker row (a group of
               its own, negative k) every 50 ms; each subscriber notes when
-              the marker's change arrives. Reported: p50 / p99 / max of
+              the marker's change arrives. The subscribers of this phase
+              share one event loop in a child process, away from the
+              loader's and the probe's interpreter lock. Reported: p50 / p99 / max of
               (arrival - the marker INSERT returning), over every subscriber,
               with 1 and with --subscribers subscribers.
 
@@ -48,6 +50,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -57,6 +60,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import psycopg  # noqa: E402
 import ingest  # noqa: E402  (benches/ingest.py: WeirServer, machine info)
 from ingest import percentile  # noqa: E402
 
@@ -83,15 +87,13 @@ def server_args(args) -> argparse.Namespace:
 class Subscriber(threading.Thread):
     """Reads one COPY (SUBSCRIBE ...) stream until stopped, consolidating it."""
 
-    def __init__(self, server, watch_markers: bool):
+    def __init__(self, server):
         super().__init__(daemon=True)
         self.conn = server.connect()
-        self.watch_markers = watch_markers
         self.lines = 0
         self.last_arrival = 0.0
         self.rows: dict[bytes, int] = {}
         self.lock = threading.Lock()
-        self.markers: dict[int, float] = {}
         self.ready = threading.Event()
         self.error: Exception | None = None
 
@@ -112,8 +114,6 @@ class Subscriber(threading.Thread):
             for line in data.splitlines():
                 _, diff, row = line.split(b"\t", 2)
                 self.rows[row] = self.rows.get(row, 0) + int(diff)
-                if self.watch_markers and row.startswith(b"-"):
-                    self.markers.setdefault(-int(row.split(b"\t", 1)[0]), now)
         self.lines += data.count(b"\n")
         self.last_arrival = now
 
@@ -128,8 +128,8 @@ class Subscriber(threading.Thread):
             pass
 
 
-def start_subscribers(server, count: int, watch_markers: bool) -> list[Subscriber]:
-    subs = [Subscriber(server, watch_markers) for _ in range(count)]
+def start_subscribers(server, count: int) -> list[Subscriber]:
+    subs = [Subscriber(server) for _ in range(count)]
     for sub in subs:
         sub.start()
     for sub in subs:
@@ -207,7 +207,7 @@ def busy_node(args):
 
 def run_throughput(args, count: int, rep: int) -> dict:
     with busy_node(args) as (server, conn):
-        subs = start_subscribers(server, count, watch_markers=False)
+        subs = start_subscribers(server, count)
         cpu0, t0 = server.cpu_seconds(), time.monotonic()
         load(server, args.rows, args.chunk, args.server_cpus)
         conn.execute("FLUSH")
@@ -246,9 +246,55 @@ class Loader(threading.Thread):
             time.sleep(max(0.0, at - time.monotonic()))
 
 
+MARKER = re.compile(rb"^\d+\t1\t-(\d+)\t", re.M)
+
+
+def watch_markers(conninfo: str, count: int, pipe) -> None:
+    """A child process: `count` subscribers on one event loop, each noting
+    when every marker's insertion arrives. A process of its own, because
+    threads that share one interpreter lock with the loader and the probe
+    would measure how long a subscriber waits for the lock (up to a switch
+    interval per busy thread), not how long weir takes to deliver."""
+    import asyncio
+    asyncio.run(_watch_markers(conninfo, count, pipe))
+
+
+async def _watch_markers(conninfo: str, count: int, pipe) -> None:
+    import asyncio
+    seen: list[dict[int, float]] = [{} for _ in range(count)]
+    started = asyncio.Semaphore(0)
+
+    async def subscribe(i: int) -> None:
+        conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True)
+        async with conn.cursor().copy(
+                "COPY (SUBSCRIBE busy WITH (snapshot = false)) TO STDOUT") as copy:
+            started.release()
+            async for data in copy:
+                now = time.monotonic()
+                for m in MARKER.finditer(data):
+                    seen[i].setdefault(int(m.group(1)), now)
+
+    tasks = [asyncio.create_task(subscribe(i)) for i in range(count)]
+    for _ in range(count):
+        await started.acquire()
+    pipe.send("ready")
+    await asyncio.get_running_loop().run_in_executor(None, pipe.recv)
+    pipe.send(seen)
+    pipe.close()
+    os._exit(0)  # the streams never end by themselves; the server drops them on exit
+
+
 def run_latency(args, count: int) -> dict:
+    import multiprocessing
     with busy_node(args) as (server, conn):
-        subs = start_subscribers(server, count, watch_markers=True)
+        ours, theirs = multiprocessing.Pipe()
+        watcher = multiprocessing.get_context("spawn").Process(
+            target=watch_markers, args=(server.conninfo(), count, theirs), daemon=True)
+        watcher.start()
+        if not ours.poll(60) or ours.recv() != "ready":
+            raise RuntimeError("the subscribers did not start")
+        # The stream starts when the server has read its snapshot; give it a beat.
+        time.sleep(0.5)
         loader = Loader(server, args.load_rate)
         loader.start()
         committed: dict[int, float] = {}
@@ -259,11 +305,13 @@ def run_latency(args, count: int) -> dict:
         time.sleep(1.0)
         loader.done.set()
         loader.join(10)
+        ours.send("stop")
+        seen: list[dict[int, float]] = ours.recv()
+        watcher.join(10)
         lags = sorted(
-            (sub.markers[m] - t) * 1000
-            for sub in subs for m, t in committed.items() if m in sub.markers)
-        missing = sum(1 for sub in subs for m in committed if m not in sub.markers)
-        stop_all(subs)
+            (arrived[m] - t) * 1000
+            for arrived in seen for m, t in committed.items() if m in arrived)
+        missing = sum(1 for arrived in seen for m in committed if m not in arrived)
         result = {"subscribers": count, "p50_ms": percentile(lags, 0.5), "p99_ms": percentile(lags, 0.99),
                   "max_ms": lags[-1] if lags else None, "samples": len(lags), "missing": missing}
         log(f"latency with {count} subscribers: p50 {result['p50_ms']:.1f} ms, "

@@ -72,7 +72,7 @@ def create_sources(t_env, data: str, watermark: bool) -> None:
     for table in Q.TABLES:
         columns = [f"`{c}` {FLINK_TYPES[t]}" for c, t in Q.schema(table)]
         if watermark:
-            columns.append("WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND")
+            columns.append(Q.WATERMARK)
         t_env.execute_sql(
             f"CREATE TEMPORARY TABLE {table} ({', '.join(columns)}) WITH ("
             f"'connector' = 'filesystem', 'path' = '{data}/{table}.csv', 'format' = 'csv')")

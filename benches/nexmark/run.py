@@ -135,7 +135,8 @@ def generate(weir: Weir, events: int, splits: int) -> dict:
         cpu0, t0 = cpu_seconds(weir.proc.pid), time.perf_counter()
         for table, kind in TABLES.items():
             conn.execute(
-                f"CREATE SOURCE {table} WITH (connector = 'nexmark', nexmark.table.type = '{kind}', "
+                f"CREATE SOURCE {table} ({Q.weir_columns(table)}) "
+                f"WITH (connector = 'nexmark', nexmark.table.type = '{kind}', "
                 f"nexmark.event.num = '{events}', nexmark.base.time = '{BASE_TIME}', "
                 f"nexmark.split.num = '{splits}')")
         while True:

@@ -8,9 +8,11 @@
 //! behind it. A window join equates the two sides' window bounds: a row is
 //! done once its window is final.
 //!
-//! Only the inputs' event-time columns (those a `WATERMARK FOR` is declared
-//! on, or the bounds of a window over them) count: the watermark says
-//! nothing about any other column.
+//! In `x + c1 <= y + c2`, only `x` must be event time: a column a
+//! `WATERMARK FOR` is declared on, the `window_end` of a window over one, or
+//! a group key that is such a window end. The watermark says nothing about any
+//! other column. `y` may be any timestamp: `b.date_time <= a.expires` lets
+//! an auction go once its expiry is behind the bids' watermark.
 
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator as Op};
@@ -48,7 +50,7 @@ fn window_join(j: &Join) -> Option<[Expiry; 2]> {
             Some(Expiry {
                 column: plan.schema().index_of_column(c).ok()?,
                 keep,
-                drop_late: false,
+                late: None,
             })
         };
         Some([side(&j.left, l)?, side(&j.right, r)?])
@@ -56,14 +58,27 @@ fn window_join(j: &Join) -> Option<[Expiry; 2]> {
 }
 
 /// `column + offset` on one side of the join.
+#[derive(Clone, Copy)]
 struct Term {
     side: usize,
     column: usize,
     offset: i64,
+    /// Whether the column is event time: rows still to come hold values at
+    /// or past the watermark.
+    event_time: bool,
+}
+
+/// What the comparisons of a join's filter bound, per side.
+#[derive(Default, Clone, Copy)]
+struct Bounds {
+    /// The column and the microseconds its rows are kept past it.
+    keep: Option<(usize, i64)>,
+    /// The event-time column another side's expiry counts on.
+    late: Option<usize>,
 }
 
 fn interval_join(catalog: &Catalog, j: &Join) -> Option<[Expiry; 2]> {
-    let mut keep: [Option<(usize, i64)>; 2] = [None, None];
+    let mut bounds = [Bounds::default(); 2];
     for conjunct in split_conjunction(j.filter.as_ref()?) {
         let comparisons = match conjunct {
             Expr::Between(Between {
@@ -82,34 +97,55 @@ fn interval_join(catalog: &Catalog, j: &Join) -> Option<[Expiry; 2]> {
             if x.side == y.side {
                 continue;
             }
-            // x + c1 op y + c2  <=>  x - y op d
-            let d = y.offset - x.offset;
-            let (side, column, limit) = match op {
-                // x <= y + d: a y row is done once y + d is behind.
-                Op::Lt | Op::LtEq => (y.side, y.column, d),
-                // y <= x - d: an x row is done once x - d is behind.
-                Op::Gt | Op::GtEq => (x.side, x.column, -d),
+            // x + c1 op y + c2, as `early + d <= late_term`.
+            let (early, later, d) = match op {
+                Op::Lt | Op::LtEq => (x, y, y.offset - x.offset),
+                Op::Gt | Op::GtEq => (y, x, x.offset - y.offset),
                 _ => continue,
             };
-            keep[side] = match keep[side] {
-                None => Some((column, limit)),
-                Some((c, k)) if c == column => Some((c, k.min(limit))),
-                // Two time columns on one side: not an interval join we know.
-                Some(_) => return None,
-            };
+            // `early <= later + d`: a row of `later`'s side matches only rows
+            // whose `early` is at most its own value plus d. When `early` is
+            // event time, rows still to come on that side are at or past the
+            // watermark, so the row is done once its value plus d is behind.
+            if !early.event_time {
+                continue;
+            }
+            bound(&mut bounds[later.side].keep, (later.column, d))?;
+            bound_late(&mut bounds[early.side].late, early.column)?;
         }
     }
-    let side = |k: Option<(usize, i64)>| {
-        k.map(|(column, keep)| Expiry {
+    let side = |b: Bounds| {
+        b.keep.map(|(column, keep)| Expiry {
             column,
             keep,
-            drop_late: true,
+            late: b.late,
         })
     };
-    Some([side(keep[0])?, side(keep[1])?])
+    Some([side(bounds[0])?, side(bounds[1])?])
 }
 
-/// An event-time column of either side, plus or minus a constant interval.
+/// Tightens a side's expiry; `None` (not an interval join we know) when
+/// two different columns would bound it.
+fn bound(keep: &mut Option<(usize, i64)>, (column, limit): (usize, i64)) -> Option<()> {
+    *keep = match *keep {
+        None => Some((column, limit)),
+        Some((c, k)) if c == column => Some((c, k.min(limit))),
+        Some(_) => return None,
+    };
+    Some(())
+}
+
+fn bound_late(late: &mut Option<usize>, column: usize) -> Option<()> {
+    match *late {
+        Some(c) if c != column => None,
+        _ => {
+            *late = Some(column);
+            Some(())
+        }
+    }
+}
+
+/// A timestamp column of either side, plus or minus a constant interval.
 fn term(catalog: &Catalog, j: &Join, expr: &Expr) -> Option<Term> {
     match expr {
         Expr::Column(c) => {
@@ -119,10 +155,15 @@ fn term(catalog: &Catalog, j: &Join, expr: &Expr) -> Option<Term> {
                 (1, &j.right)
             };
             let column = plan.schema().index_of_column(c).ok()?;
-            event_time(catalog, plan, column).then_some(Term {
+            let timestamp = matches!(
+                plan.schema().field(column).data_type(),
+                datafusion::arrow::datatypes::DataType::Timestamp(..)
+            );
+            timestamp.then(|| Term {
                 side,
                 column,
                 offset: 0,
+                event_time: event_time(catalog, plan, column),
             })
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
@@ -145,30 +186,24 @@ fn term(catalog: &Catalog, j: &Join, expr: &Expr) -> Option<Term> {
     }
 }
 
-/// Whether column `index` of `plan` is a relation's event time: the column
-/// its `WATERMARK FOR` is declared on, passed through unchanged.
+/// Whether column `index` of `plan` is event time: rows still to come hold
+/// values at or past the watermark. That is the column a `WATERMARK FOR` is
+/// declared on, passed through unchanged, the end of a window over it, or
+/// a group key that is such a window end.
 fn event_time(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> bool {
     match plan {
         LogicalPlan::TableScan(scan) => {
             let at = scan.projection.as_ref().map_or(index, |p| p[index]);
-            let table = match window_of(scan) {
-                Some(window) => {
-                    if at != window.spec.time_column {
-                        return false;
-                    }
-                    window.relation.clone()
-                }
-                None => match catalog.relation(scan.table_name.table()) {
-                    Some(table) => table,
-                    None => return false,
-                },
-            };
-            let name = table.schema.field(at).name();
-            table
-                .def
-                .watermark
-                .as_ref()
-                .is_some_and(|w| &w.column == name)
+            if let Some(window) = window_of(scan) {
+                // A window's end is past every row it holds, so rows to come
+                // are in windows that end past the watermark.
+                let end = bound_of(&window, at) == Some(WINDOW_END);
+                return (at == window.spec.time_column || end)
+                    && has_watermark_on(&window.relation, window.spec.time_column);
+            }
+            catalog
+                .relation(scan.table_name.table())
+                .is_some_and(|table| has_watermark_on(&table, at))
         }
         LogicalPlan::Projection(p) => match p.expr[index].clone().unalias() {
             Expr::Column(c) => p
@@ -180,6 +215,25 @@ fn event_time(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> bool {
         },
         LogicalPlan::SubqueryAlias(a) => event_time(catalog, &a.input, index),
         LogicalPlan::Filter(f) => event_time(catalog, &f.input, index),
+        // A window's group changes only while the window is open, and so
+        // retracts nothing behind the watermark either. A group keyed by a
+        // bare event-time column would: a late row changes it.
+        LogicalPlan::Aggregate(a) => match a.group_expr.get(index).map(|e| e.clone().unalias()) {
+            Some(Expr::Column(c)) => trace_column(&a.input, &c).is_some_and(|(window, at)| {
+                bound_of(&window, at) == Some(WINDOW_END)
+                    && has_watermark_on(&window.relation, window.spec.time_column)
+            }),
+            _ => false,
+        },
         _ => false,
     }
+}
+
+fn has_watermark_on(table: &crate::catalog::Table, column: usize) -> bool {
+    let name = table.schema.field(column).name();
+    table
+        .def
+        .watermark
+        .as_ref()
+        .is_some_and(|w| &w.column == name)
 }

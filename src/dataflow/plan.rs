@@ -292,9 +292,8 @@ impl<'a> Planner<'a> {
         let right_node = self.node(&j.right)?;
         let mut op =
             Join::new(left, right, residual, arrow_schema(plan))?.outer(left_outer, right_outer);
-        // Rows that come and go have no time after which they are done.
-        if self.is_append_only(&j.left)
-            && self.is_append_only(&j.right)
+        if self.changes_while_open(&j.left)
+            && self.changes_while_open(&j.right)
             && let Some(expiry) = crate::dataflow::join_bounds::expiry(self.catalog, j)
         {
             op = op.bounded(expiry, self.view_name.clone());
@@ -466,6 +465,22 @@ impl<'a> Planner<'a> {
 
     /// Whether a plan's output only ever grows: it reads append-only tables
     /// through filters, projections and unions.
+    /// Whether `plan` changes nothing a join could bound by time once that
+    /// time is behind the watermark: append-only rows, or the per-window
+    /// rows of an aggregate over them, which change only while the window
+    /// is open (under `EMIT ON WINDOW CLOSE` a window's row comes just
+    /// before the watermark that closed it). Rows that could go at any time
+    /// have no time after which they are done.
+    fn changes_while_open(&self, plan: &LogicalPlan) -> bool {
+        match plan {
+            LogicalPlan::Projection(p) => self.changes_while_open(&p.input),
+            LogicalPlan::Filter(f) => self.changes_while_open(&f.input),
+            LogicalPlan::SubqueryAlias(a) => self.changes_while_open(&a.input),
+            LogicalPlan::Aggregate(a) => self.is_append_only(&a.input),
+            _ => self.is_append_only(plan),
+        }
+    }
+
     fn is_append_only(&self, plan: &LogicalPlan) -> bool {
         match plan {
             LogicalPlan::TableScan(scan) => match window_of(scan) {

@@ -9,8 +9,8 @@
 //! task of every dataflow has passed the barrier and handed over its writes,
 //! all views' state changes, view rows, changelog records and new source
 //! offsets commit in one RocksDB write batch: any snapshot sees every view at
-//! the same epoch. Epochs start every `barrier_interval`, or at once when
-//! FLUSH asks.
+//! the same epoch. Epochs start every `barrier_interval` (the next one at
+//! once when an epoch takes longer), or at once when FLUSH asks.
 //!
 //! Watermarks travel in the log: a table's write ends with a chunk that
 //! carries the table's watermark after the write, so a view sees the rows of
@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rocksdb::{DB, WriteBatch, WriteOptions};
 use tokio::sync::{oneshot, watch};
@@ -224,9 +224,13 @@ impl Worker {
     }
 
     fn run(mut self, rx: Receiver<Command>, interval: Duration) {
+        // Barriers keep a fixed pace: the next epoch starts an interval after
+        // this one started, not after it ended. Otherwise a busy epoch would
+        // stretch the wait of every change that arrives during it.
+        let mut next = Instant::now() + interval;
         loop {
             let timeout = if self.waiters.is_empty() {
-                interval
+                next.saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO
             };
@@ -239,6 +243,7 @@ impl Worker {
                 self.handle(command);
             }
             let Some(db) = self.db.upgrade() else { return };
+            next = Instant::now() + interval;
             if let Err(e) = self.epoch(&db) {
                 tracing::error!(cause = %e, "epoch failed");
             }

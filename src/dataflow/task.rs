@@ -181,6 +181,7 @@ pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) 
         offsets: resume.offsets,
         saved: marks.clone(),
         marks,
+        partition_marks: HashMap::new(),
         idle: vec![false; count],
         last_active: vec![resume.now; count],
         replayed: false,
@@ -437,6 +438,18 @@ impl NodeTask {
     }
 }
 
+/// Where the reading of one partition of a source stands in an epoch.
+struct Cursor {
+    source: usize,
+    partition: u32,
+    from: u64,
+    at: u64,
+    /// Everything the epoch's snapshot holds has been read.
+    caught_up: bool,
+    /// Caught up, or at the epoch's limit of rows.
+    done: bool,
+}
+
 /// The task that reads a dataflow's sources.
 struct SourceTask {
     view: u64,
@@ -447,6 +460,9 @@ struct SourceTask {
     offsets: HashMap<(usize, u32), u64>,
     /// Per source: the highest watermark its topic has announced.
     marks: Vec<Option<i64>>,
+    /// Per source of several partitions and partition: the watermark of
+    /// the last chunk read.
+    partition_marks: HashMap<(usize, u32), i64>,
     saved: Vec<Option<i64>>,
     idle: Vec<bool>,
     /// Per source: processing time of the last epoch that read records.
@@ -469,10 +485,11 @@ impl SourceTask {
                     }
                 }
             }
+            let reads = self.read_sources(&trigger.view, &mut state).await?;
             let mut records = 0;
-            for index in 0..self.sources.len() {
-                let read = self.read_source(index, &trigger.view, &mut state).await?;
-                if read > 0 {
+            for (index, (read, caught_up)) in reads.into_iter().enumerate() {
+                // A source with records left to read is behind, not idle.
+                if read > 0 || !caught_up {
                     self.last_active[index] = state.now;
                 }
                 let idle =
@@ -499,60 +516,107 @@ impl SourceTask {
         Ok(())
     }
 
-    /// Send what one source's topic gained down its edge, with the
-    /// watermarks its chunks carry; returns how many records it read.
-    async fn read_source(
+    /// Send what the sources' topics gained down their edges, with the
+    /// watermarks their chunks carry; per source, how many records it read
+    /// and whether it read all it had.
+    ///
+    /// Every partition of every source reads a round in turn, so that the
+    /// epoch's budget is shared: an input left waiting while another read
+    /// the whole budget would hold back its joins, and pass for idle.
+    async fn read_sources(
         &mut self,
-        index: usize,
         view: &ReadView,
         state: &mut EpochState,
-    ) -> Result<u64> {
-        let partitions = self.sources[index].partitions();
-        // With one partition, each write's watermark applies right after its
-        // rows; with several, after the epoch's reads of all of them, so that no
-        // row is judged against a watermark its own write had not yet raised.
-        let exact = partitions == 1;
-        let mut highest = None;
-        let mut total = 0;
-        for partition in 0..partitions {
-            let from = self.offsets.get(&(index, partition)).copied().unwrap_or(0);
-            let mut at = from;
-            // Read in rounds, and end the epoch early once its writes grow
-            // large: an epoch's writes are held in memory until it commits.
-            loop {
-                let budget = (EPOCH_ROWS - (at - from)).min(ROUND_ROWS);
-                if budget == 0 || state.pending_bytes() > EPOCH_BYTES {
-                    break;
+    ) -> Result<Vec<(u64, bool)>> {
+        let mut cursors = self.cursors();
+        let mut highest: Vec<Option<i64>> = vec![None; self.sources.len()];
+        'epoch: while cursors.iter().any(|c| !c.done) {
+            for cursor in cursors.iter_mut().filter(|c| !c.done) {
+                // An epoch's writes are held in memory until it commits.
+                if state.pending_bytes() > EPOCH_BYTES {
+                    break 'epoch;
                 }
-                let (batches, read, next) = self.read_round(index, view, partition, at, budget)?;
+                let budget = (EPOCH_ROWS - (cursor.at - cursor.from)).min(ROUND_ROWS);
+                if budget == 0 {
+                    cursor.done = true;
+                    continue;
+                }
+                let (index, partition) = (cursor.source, cursor.partition);
+                let (batches, read, next) =
+                    self.read_round(index, view, partition, cursor.at, budget)?;
+                // With one partition, each write's watermark applies right
+                // after its rows; with several, after the epoch's reads.
+                let exact = self.sources[index].partitions() == 1;
                 for (batch, watermark) in batches {
                     if !batch.is_empty() {
                         send(&self.outputs[index], Message::Changes(batch)).await?;
                     }
                     match watermark {
                         Some(w) if exact => self.raise(index, w).await?,
-                        other => highest = highest.max(other),
+                        Some(w) => {
+                            highest[index] = highest[index].max(Some(w));
+                            self.partition_marks.insert((index, partition), w);
+                        }
+                        None => {}
                     }
                 }
-                at = next;
-                if read < budget {
-                    break;
-                }
+                cursor.at = next;
+                cursor.caught_up = read < budget;
+                cursor.done = cursor.caught_up;
             }
-            let read = at - from;
+        }
+        let mut reads = vec![(0, true); self.sources.len()];
+        for cursor in &cursors {
+            let read = cursor.at - cursor.from;
             if read > 0 {
-                self.offsets.insert((index, partition), at);
-                state.put(
-                    offset_key(self.view, index, partition),
-                    at.to_be_bytes().to_vec(),
-                );
-                total += read;
+                let (index, partition) = (cursor.source, cursor.partition);
+                self.offsets.insert((index, partition), cursor.at);
+                let key = offset_key(self.view, index, partition);
+                state.put(key, cursor.at.to_be_bytes().to_vec());
+            }
+            reads[cursor.source].0 += read;
+            reads[cursor.source].1 &= cursor.caught_up;
+        }
+        for (index, high) in highest.into_iter().enumerate() {
+            if let Some(w) = high.and_then(|w| self.settled_mark(index, w, &cursors)) {
+                self.raise(index, w).await?;
             }
         }
-        if let Some(w) = highest {
-            self.raise(index, w).await?;
+        Ok(reads)
+    }
+
+    /// Where each partition of each source starts this epoch.
+    fn cursors(&self) -> Vec<Cursor> {
+        let mut cursors = Vec::new();
+        for (source, s) in self.sources.iter().enumerate() {
+            for partition in 0..s.partitions() {
+                let from = self.offsets.get(&(source, partition)).copied().unwrap_or(0);
+                cursors.push(Cursor {
+                    source,
+                    partition,
+                    from,
+                    at: from,
+                    caught_up: false,
+                    done: false,
+                });
+            }
         }
-        Ok(total)
+        cursors
+    }
+
+    /// The watermark a source of several partitions may pass on after an
+    /// epoch that read chunks up to `highest`: no higher than the last
+    /// chunk read of a partition with rows still unread, whose next write
+    /// was judged against at least that; `None` while such a partition has
+    /// not had a chunk read at all.
+    fn settled_mark(&self, index: usize, highest: i64, cursors: &[Cursor]) -> Option<i64> {
+        cursors
+            .iter()
+            .filter(|c| c.source == index && !c.caught_up)
+            .try_fold(highest, |w, c| {
+                let mark = self.partition_marks.get(&(index, c.partition))?;
+                Some(w.min(*mark))
+            })
     }
 
     /// Up to `budget` records of one partition from offset `at`, as change

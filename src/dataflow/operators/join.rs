@@ -74,8 +74,10 @@ pub struct Expiry {
     pub column: usize,
     /// Microseconds.
     pub keep: i64,
-    /// Rows behind the watermark on arrival are late and dropped.
-    pub drop_late: bool,
+    /// The side's event-time column that the other side's expiry counts
+    /// on: a row whose value there is behind the watermark on arrival may
+    /// have lost partners already, so it is late and dropped.
+    pub late: Option<usize>,
 }
 
 pub struct Join {
@@ -85,6 +87,9 @@ pub struct Join {
     /// The view, named in late events.
     view: String,
     watermark: Option<i64>,
+    /// The expiry index holds nothing below this any more: the next expiry
+    /// scan starts here rather than walk the deletions of every earlier one.
+    expired: Option<i64>,
     /// Each side's rows in memory, while the operator's state started empty
     /// and they fit: then a key the memory does not hold is held nowhere.
     /// Each side gives its memory up on its own, so that the small side of
@@ -179,6 +184,7 @@ impl Join {
             expiry: None,
             view: String::new(),
             watermark: None,
+            expired: None,
             memory: [None, None],
             checked: false,
             memory_limit: MEMORY_ROWS,
@@ -205,11 +211,15 @@ impl Join {
             return Ok((batch, Vec::new()));
         };
         let times = crate::catalog::micros(batch.rows().column(expiry.column))?;
-        let late: Vec<u32> = match self.watermark {
-            Some(w) if expiry.drop_late => (0..times.len() as u32)
-                .filter(|i| times.is_valid(*i as usize) && times.value(*i as usize) < w)
-                .collect(),
-            _ => Vec::new(),
+        let (late, event_times) = match (self.watermark, expiry.late) {
+            (Some(w), Some(column)) => {
+                let event = crate::catalog::micros(batch.rows().column(column))?;
+                let late = (0..event.len() as u32)
+                    .filter(|i| event.is_valid(*i as usize) && event.value(*i as usize) < w)
+                    .collect();
+                (late, event)
+            }
+            _ => (Vec::new(), times.clone()),
         };
         if late.is_empty() {
             let at = times
@@ -218,7 +228,7 @@ impl Join {
             return Ok((batch, at.collect()));
         }
         let watermark = self.watermark.unwrap_or(i64::MIN);
-        record_late(&self.view, batch.rows(), &times, &late, watermark, cx)?;
+        record_late(&self.view, batch.rows(), &event_times, &late, watermark, cx)?;
         let kept: Vec<u32> = (0..times.len() as u32)
             .filter(|i| late.binary_search(i).is_err())
             .collect();
@@ -234,10 +244,15 @@ impl Join {
 
     /// Delete the rows of both sides that expire before `watermark`.
     fn expire(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
-        let lower = cx.key(b"e");
-        let upper = cx.key(&[b"e".as_slice(), &ordered(watermark)].concat());
+        let index = cx.key(b"e");
+        let lower = match self.expired {
+            Some(from) => [index.as_slice(), &ordered(from)].concat(),
+            None => index.clone(),
+        };
+        let upper = [index.as_slice(), &ordered(watermark)].concat();
+        self.expired = self.expired.max(Some(watermark));
         for (key, _) in cx.state.scan(&lower, &upper)? {
-            let suffix = &key[lower.len() + 8..];
+            let suffix = &key[index.len() + 8..];
             let side = usize::from(suffix.first() == Some(&b'r'));
             if let Some(memory) = &mut self.memory[side] {
                 memory.forget(suffix);
@@ -544,8 +559,10 @@ impl Operator for Join {
             for row in members {
                 let encoded_row = encoded.row(*row as usize).data();
                 if let Some(Some(at)) = expires.get(*row as usize) {
+                    // A row already past its time goes at the next scan.
+                    let at = (*at).max(self.expired.unwrap_or(i64::MIN));
                     let entry = &[prefix.as_slice(), encoded_row].concat()[cx.prefix.len()..];
-                    let index = cx.key(&[b"e".as_slice(), &ordered(*at), entry].concat());
+                    let index = cx.key(&[b"e".as_slice(), &ordered(at), entry].concat());
                     cx.state.put(index, Vec::new());
                 }
                 self.count(cx, side, key, encoded_row, diff(*row))?;
@@ -642,7 +659,7 @@ mod tests {
         let expiry = |keep| Expiry {
             column: 1,
             keep,
-            drop_late: true,
+            late: Some(1),
         };
         let mut op = join().bounded([expiry(0), expiry(10)], "v".into());
         let (mut most, mut pairs) = (0, 0i64);
