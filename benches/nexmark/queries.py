@@ -151,9 +151,9 @@ def normalise(row) -> tuple:
     return tuple(None if v is None else int(v) for v in row)
 
 
-# Event time for every source, as Flink's jobs declare it: the generator's
-# events arrive in order, so nothing is late and every engine sees the same
-# rows; weir's windows and interval joins (q4, q7) let go of state by it.
+# Event time, as Flink's jobs declare it for their windows (and weir's
+# sources with --watermarks): the generator's events arrive in order, so
+# nothing is late and every engine sees the same rows.
 WATERMARK = "WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND"
 
 

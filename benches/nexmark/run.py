@@ -130,12 +130,13 @@ class Weir:
 # 1. Generate once
 # --------------------------------------------------------------------------
 
-def generate(weir: Weir, events: int, splits: int) -> dict:
+def generate(weir: Weir, events: int, splits: int, watermarks: bool) -> dict:
     with weir.connect() as conn:
         cpu0, t0 = cpu_seconds(weir.proc.pid), time.perf_counter()
         for table, kind in TABLES.items():
+            columns = f"({Q.weir_columns(table)}) " if watermarks else ""
             conn.execute(
-                f"CREATE SOURCE {table} ({Q.weir_columns(table)}) "
+                f"CREATE SOURCE {table} {columns}"
                 f"WITH (connector = 'nexmark', nexmark.table.type = '{kind}', "
                 f"nexmark.event.num = '{events}', nexmark.base.time = '{BASE_TIME}', "
                 f"nexmark.split.num = '{splits}')")
@@ -349,6 +350,9 @@ def main() -> None:
     ap.add_argument("--queries", default=",".join(ALL_QUERIES))
     ap.add_argument("--engines", default="weir,datafusion,duckdb,flink")
     ap.add_argument("--splits", type=int, default=2, help="generator splits (parallel generation)")
+    ap.add_argument("--watermarks", action="store_true",
+                    help="declare Flink's watermark (date_time - 4 s) on weir's sources: "
+                         "q4 and q7 become interval joins with bounded state")
     ap.add_argument("--weir-bin", default=DEFAULT_WEIR_BIN)
     ap.add_argument("--flink-python", default=DEFAULT_FLINK_PYTHON)
     ap.add_argument("--flink-timeout", type=float, default=3600)
@@ -375,7 +379,7 @@ def main() -> None:
             "weir_bin": args.weir_bin}
     weir.start()
     try:
-        meta["generate"] = generate(weir, args.events, args.splits)
+        meta["generate"] = generate(weir, args.events, args.splits, args.watermarks)
         export(weir, workdir)
         weir.stop()
         results: dict = {}
