@@ -15,7 +15,8 @@
 //! nothing under its key; when the other side's first row for the key
 //! arrives it is retracted, and when the last one leaves it comes back.
 //!
-//! Interval and window joins of append-only inputs bound each side's state
+//! Interval and window joins of append-only inputs (or of an aggregate's
+//! windows over them, which change only while open) bound each side's state
 //! in time ([`Expiry`]): a row is deleted once the watermark shows that no
 //! row still to come on the other side can match it. An interval join also
 //! drops rows that arrive behind the watermark, as late, because partners
