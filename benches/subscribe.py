@@ -48,7 +48,9 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import multiprocessing
 import os
 import re
 import shutil
@@ -255,12 +257,10 @@ def watch_markers(conninfo: str, count: int, pipe) -> None:
     threads that share one interpreter lock with the loader and the probe
     would measure how long a subscriber waits for the lock (up to a switch
     interval per busy thread), not how long weir takes to deliver."""
-    import asyncio
     asyncio.run(_watch_markers(conninfo, count, pipe))
 
 
 async def _watch_markers(conninfo: str, count: int, pipe) -> None:
-    import asyncio
     seen: list[dict[int, float]] = [{} for _ in range(count)]
     started = asyncio.Semaphore(0)
 
@@ -274,6 +274,7 @@ async def _watch_markers(conninfo: str, count: int, pipe) -> None:
                 for m in MARKER.finditer(data):
                     seen[i].setdefault(int(m.group(1)), now)
 
+    # Held so that the loop keeps the tasks alive.
     tasks = [asyncio.create_task(subscribe(i)) for i in range(count)]
     for _ in range(count):
         await started.acquire()
@@ -285,7 +286,6 @@ async def _watch_markers(conninfo: str, count: int, pipe) -> None:
 
 
 def run_latency(args, count: int) -> dict:
-    import multiprocessing
     with busy_node(args) as (server, conn):
         ours, theirs = multiprocessing.Pipe()
         watcher = multiprocessing.get_context("spawn").Process(

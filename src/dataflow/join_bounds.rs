@@ -21,7 +21,7 @@ use datafusion::logical_expr::{Join, expr::Between};
 use crate::catalog::Catalog;
 use crate::dataflow::operators::join::Expiry;
 use crate::dataflow::window::{WINDOW_END, day_time_micros};
-use crate::sql::window::{bound_of, trace_column, window_of};
+use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
 
 /// How long each side's rows live, if the join is an interval or a window
 /// join; `None` for a regular join, whose state is kept in full.
@@ -135,14 +135,9 @@ fn bound(keep: &mut Option<(usize, i64)>, (column, limit): (usize, i64)) -> Opti
     Some(())
 }
 
+/// Records a side's late column; `None` when another column already is.
 fn bound_late(late: &mut Option<usize>, column: usize) -> Option<()> {
-    match *late {
-        Some(c) if c != column => None,
-        _ => {
-            *late = Some(column);
-            Some(())
-        }
-    }
+    (*late.get_or_insert(column) == column).then_some(())
 }
 
 /// A timestamp column of either side, plus or minus a constant interval.
@@ -195,11 +190,8 @@ fn event_time(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> bool {
         LogicalPlan::TableScan(scan) => {
             let at = scan.projection.as_ref().map_or(index, |p| p[index]);
             if let Some(window) = window_of(scan) {
-                // A window's end is past every row it holds, so rows to come
-                // are in windows that end past the watermark.
-                let end = bound_of(&window, at) == Some(WINDOW_END);
-                return (at == window.spec.time_column || end)
-                    && has_watermark_on(&window.relation, window.spec.time_column);
+                return window_end_over_event_time(&window, at)
+                    || (at == window.spec.time_column && has_watermark_on(&window.relation, at));
             }
             catalog
                 .relation(scan.table_name.table())
@@ -219,14 +211,20 @@ fn event_time(catalog: &Catalog, plan: &LogicalPlan, index: usize) -> bool {
         // retracts nothing behind the watermark either. A group keyed by a
         // bare event-time column would: a late row changes it.
         LogicalPlan::Aggregate(a) => match a.group_expr.get(index).map(|e| e.clone().unalias()) {
-            Some(Expr::Column(c)) => trace_column(&a.input, &c).is_some_and(|(window, at)| {
-                bound_of(&window, at) == Some(WINDOW_END)
-                    && has_watermark_on(&window.relation, window.spec.time_column)
-            }),
+            Some(Expr::Column(c)) => trace_column(&a.input, &c)
+                .is_some_and(|(window, at)| window_end_over_event_time(&window, at)),
             _ => false,
         },
         _ => false,
     }
+}
+
+/// Whether column `at` of a window table is its `window_end`, over event
+/// time. A window's end is past every row it holds, so rows to come are in
+/// windows that end past the watermark.
+fn window_end_over_event_time(window: &WindowTable, at: usize) -> bool {
+    bound_of(window, at) == Some(WINDOW_END)
+        && has_watermark_on(&window.relation, window.spec.time_column)
 }
 
 fn has_watermark_on(table: &crate::catalog::Table, column: usize) -> bool {

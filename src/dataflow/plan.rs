@@ -463,8 +463,6 @@ impl<'a> Planner<'a> {
         Ok(node)
     }
 
-    /// Whether a plan's output only ever grows: it reads append-only tables
-    /// through filters, projections and unions.
     /// Whether `plan` changes nothing a join could bound by time once that
     /// time is behind the watermark: append-only rows, or the per-window
     /// rows of an aggregate over them, which change only while the window
@@ -481,6 +479,8 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Whether a plan's output only ever grows: it reads append-only tables
+    /// through filters, projections and unions.
     fn is_append_only(&self, plan: &LogicalPlan) -> bool {
         match plan {
             LogicalPlan::TableScan(scan) => match window_of(scan) {

@@ -446,8 +446,13 @@ struct Cursor {
     at: u64,
     /// Everything the epoch's snapshot holds has been read.
     caught_up: bool,
+}
+
+impl Cursor {
     /// Caught up, or at the epoch's limit of rows.
-    done: bool,
+    fn done(&self) -> bool {
+        self.caught_up || self.at - self.from >= EPOCH_ROWS
+    }
 }
 
 /// The task that reads a dataflow's sources.
@@ -530,17 +535,13 @@ impl SourceTask {
     ) -> Result<Vec<(u64, bool)>> {
         let mut cursors = self.cursors();
         let mut highest: Vec<Option<i64>> = vec![None; self.sources.len()];
-        'epoch: while cursors.iter().any(|c| !c.done) {
-            for cursor in cursors.iter_mut().filter(|c| !c.done) {
+        'epoch: while cursors.iter().any(|c| !c.done()) {
+            for cursor in cursors.iter_mut().filter(|c| !c.done()) {
                 // An epoch's writes are held in memory until it commits.
                 if state.pending_bytes() > EPOCH_BYTES {
                     break 'epoch;
                 }
                 let budget = (EPOCH_ROWS - (cursor.at - cursor.from)).min(ROUND_ROWS);
-                if budget == 0 {
-                    cursor.done = true;
-                    continue;
-                }
                 let (index, partition) = (cursor.source, cursor.partition);
                 let (batches, read, next) =
                     self.read_round(index, view, partition, cursor.at, budget)?;
@@ -562,7 +563,6 @@ impl SourceTask {
                 }
                 cursor.at = next;
                 cursor.caught_up = read < budget;
-                cursor.done = cursor.caught_up;
             }
         }
         let mut reads = vec![(0, true); self.sources.len()];
@@ -597,7 +597,6 @@ impl SourceTask {
                     from,
                     at: from,
                     caught_up: false,
-                    done: false,
                 });
             }
         }

@@ -212,23 +212,22 @@ impl Join {
             return Ok((batch, Vec::new()));
         };
         let times = crate::catalog::micros(batch.rows().column(expiry.column))?;
-        let (late, event_times) = match (self.watermark, expiry.late) {
+        let late = match (self.watermark, expiry.late) {
             (Some(w), Some(column)) => {
                 let event = crate::catalog::micros(batch.rows().column(column))?;
-                let late = (0..event.len() as u32)
+                let late: Vec<u32> = (0..event.len() as u32)
                     .filter(|i| event.is_valid(*i as usize) && event.value(*i as usize) < w)
                     .collect();
-                (late, event)
+                (!late.is_empty()).then_some((late, event, w))
             }
-            _ => (Vec::new(), times.clone()),
+            _ => None,
         };
-        if late.is_empty() {
+        let Some((late, event_times, watermark)) = late else {
             let at = times
                 .iter()
                 .map(|t| t.map(|t| t.saturating_add(expiry.keep)));
             return Ok((batch, at.collect()));
-        }
-        let watermark = self.watermark.unwrap_or(i64::MIN);
+        };
         record_late(&self.view, batch.rows(), &event_times, &late, watermark, cx)?;
         let kept: Vec<u32> = (0..times.len() as u32)
             .filter(|i| late.binary_search(i).is_err())
@@ -557,11 +556,12 @@ impl Operator for Join {
                 true => Vec::new(),
                 false => Self::prefix(cx, side, key),
             };
+            // A row already past its time goes at the next scan.
+            let floor = self.expired.unwrap_or(i64::MIN);
             for row in members {
                 let encoded_row = encoded.row(*row as usize).data();
                 if let Some(Some(at)) = expires.get(*row as usize) {
-                    // A row already past its time goes at the next scan.
-                    let at = (*at).max(self.expired.unwrap_or(i64::MIN));
+                    let at = (*at).max(floor);
                     let entry = &[prefix.as_slice(), encoded_row].concat()[cx.prefix.len()..];
                     let index = cx.key(&[b"e".as_slice(), &ordered(at), entry].concat());
                     cx.state.put(index, Vec::new());
