@@ -146,7 +146,8 @@ impl Connectors {
         };
         let engine = engine.clone();
         let id = table.def.id;
-        self.spawn(id, move |handle| async move {
+        let runtime = engine.background.clone();
+        self.spawn(&runtime, id, move |handle| async move {
             match connector.connector.as_str() {
                 "kafka" => supervise(handle, |h| kafka::source(&engine, &table, h)).await,
                 "nexmark" | "datagen" => {
@@ -170,12 +171,13 @@ impl Connectors {
         let engine = engine.clone();
         let id = sink.id;
         let first = Mutex::new(opened);
-        self.spawn(id, move |handle| async move {
+        let runtime = engine.background.clone();
+        self.spawn(&runtime, id, move |handle| async move {
             supervise(handle, |h| kafka::sink(&engine, &sink, &first, h)).await
         });
     }
 
-    fn spawn<F, Fut>(&self, id: u64, run: F)
+    fn spawn<F, Fut>(&self, runtime: &tokio::runtime::Handle, id: u64, run: F)
     where
         F: FnOnce(Handle) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
@@ -186,7 +188,7 @@ impl Connectors {
             progress: progress.clone(),
             stop: stopped,
         };
-        let task = tokio::spawn(run(handle));
+        let task = runtime.spawn(run(handle));
         let previous = self.running.lock().insert(
             id,
             Running {

@@ -5,6 +5,7 @@ mod copyout;
 mod handler;
 pub mod http;
 mod text;
+mod threads;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let handlers = Arc::new(Handlers::new(engine.clone()));
+    let threads = threads::ConnectionThreads::start()?;
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
@@ -41,7 +43,7 @@ pub async fn run(
                 handlers.sockets.accept(&socket, peer);
                 Metrics::add(&engine.metrics.connections, 1);
                 let handlers = handlers.clone();
-                connections.spawn(async move {
+                threads.spawn(&mut connections, async move {
                     let sockets = handlers.sockets.clone();
                     if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
                         tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");

@@ -38,6 +38,9 @@ pub struct Engine {
     pub streams: super::streams::Streams,
     /// The tasks of sources and sinks.
     pub connectors: crate::connector::Connectors,
+    /// The runtime the node started on: work that outlives a statement runs
+    /// there, not on the thread of the connection that started it.
+    pub background: tokio::runtime::Handle,
 }
 
 /// Counters exported on `/metrics`.
@@ -56,6 +59,8 @@ impl Metrics {
 }
 
 impl Engine {
+    /// Opens the node's state; call it on the runtime that is to run
+    /// background work.
     pub fn open(config: Config) -> Result<Arc<Engine>> {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
@@ -89,6 +94,7 @@ impl Engine {
             metrics: Metrics::default(),
             streams,
             connectors: Default::default(),
+            background: tokio::runtime::Handle::current(),
         }))
     }
 

@@ -150,3 +150,13 @@ pub async fn execute(
         .instrument(tracing::debug_span!("statement"))
         .await
 }
+
+/// Run blocking work from a task: on a multi-threaded runtime the worker
+/// hands its other tasks off first; a connection thread runs it in place,
+/// since its other connections have nowhere else to go.
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}

@@ -301,8 +301,7 @@ impl Subscription {
         };
         let view = engine.store.read_view();
         let committed = read_counter(&view, clock.key())?;
-        subscription.positions =
-            tokio::task::block_in_place(|| subscription.start(&view, committed))?;
+        subscription.positions = super::blocking(|| subscription.start(&view, committed))?;
         Ok(subscription)
     }
 
@@ -340,7 +339,7 @@ impl Subscription {
                 return self.take(max);
             }
             commits.borrow_and_update();
-            tokio::task::block_in_place(|| self.poll(engine))?;
+            super::blocking(|| self.poll(engine))?;
             if !self.ready.is_empty() || self.behind {
                 continue;
             }
@@ -356,7 +355,7 @@ impl Subscription {
                 Some(wake) => {
                     let timed_out = tokio::time::timeout_at(wake, changed).await.is_err();
                     if timed_out && deadline.is_some_and(|d| d <= tokio::time::Instant::now()) {
-                        tokio::task::block_in_place(|| self.poll(engine))?;
+                        super::blocking(|| self.poll(engine))?;
                         return self.take(max);
                     }
                 }
@@ -382,7 +381,7 @@ impl Subscription {
                 return Ok(vec![(encoder.encode)(batch)?]);
             }
             commits.borrow_and_update();
-            let pieces = tokio::task::block_in_place(|| self.read_shared(engine, cache, encoder))?;
+            let pieces = super::blocking(|| self.read_shared(engine, cache, encoder))?;
             if !pieces.is_empty() {
                 return Ok(pieces);
             }

@@ -14,6 +14,7 @@
 //! Log offsets are assigned under the commit lock, which makes each
 //! partition's offsets dense and ordered by commit.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -456,6 +457,11 @@ fn commit_group(
 struct Offsets {
     next: HashMap<(u64, u32), u64>,
     watermarks: HashMap<u64, Option<i64>>,
+    /// Per table, a row key (with table prefix) no row key sorts after, or
+    /// `None` when the table has no rows. Only ever too high, never too
+    /// low: deletes and failed groups leave it be, which costs a point read
+    /// later, never a missed duplicate.
+    ends: HashMap<u64, Option<Vec<u8>>>,
 }
 
 impl Offsets {
@@ -483,6 +489,36 @@ impl Offsets {
     fn forget(&mut self) {
         self.next.clear();
         self.watermarks.clear();
+        self.ends.clear();
+    }
+
+    /// The bound of `table`'s row keys, read from the store on first use.
+    fn end(&mut self, db: &DB, table: u64) -> Result<Option<&[u8]>> {
+        let end = match self.ends.entry(table) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(unknown) => {
+                let prefix = keys::table_prefix(table);
+                let mut iter = db.raw_iterator_cf(cf(db, CF_ROWS));
+                iter.seek_for_prev(keys::prefix_end(&prefix));
+                iter.status()?;
+                let last = iter.key().filter(|k| k.starts_with(&prefix));
+                unknown.insert(last.map(<[u8]>::to_vec))
+            }
+        };
+        Ok(end.as_deref())
+    }
+
+    /// Raise the bound of the table a written row key belongs to.
+    fn raise_end(&mut self, full_key: &[u8]) {
+        let Some(table) = full_key.get(..8).and_then(|b| b.try_into().ok()) else {
+            return;
+        };
+        // Unknown tables load their bound from the store when first asked.
+        if let Some(end) = self.ends.get_mut(&u64::from_be_bytes(table))
+            && end.as_deref().is_none_or(|e| e < full_key)
+        {
+            *end = Some(full_key.to_vec());
+        }
     }
 }
 
@@ -540,6 +576,9 @@ impl Group {
         for (key, value) in staged.rows {
             if visible {
                 self.overlay.insert(key.clone(), self.ops.len());
+            }
+            if value.is_some() {
+                offsets.raise_end(&key);
             }
             self.ops.push(match value {
                 Some(v) => Op::PutRow(key, v),
@@ -845,7 +884,7 @@ impl<'g> Pending<'g> {
 
     /// Whether every key sorts after the table's last row, so none can exist:
     /// bulk loads into new tables, and ascending keys, skip the point reads.
-    fn all_beyond_end(&self, db: &DB, target: &Target, full_keys: &[Vec<u8>]) -> Result<bool> {
+    fn all_beyond_end(&mut self, db: &DB, target: &Target, full_keys: &[Vec<u8>]) -> Result<bool> {
         let Some(smallest) = full_keys.iter().min() else {
             return Ok(true);
         };
@@ -853,12 +892,9 @@ impl<'g> Pending<'g> {
         if self.group.overlay.keys().any(|k| k.starts_with(&prefix)) {
             return Ok(false);
         }
-        let mut iter = db.raw_iterator_cf(cf(db, CF_ROWS));
-        iter.seek_for_prev(keys::prefix_end(&prefix));
-        iter.status()?;
-        Ok(match iter.key() {
-            Some(last) if last.starts_with(&prefix) => last < smallest.as_slice(),
-            _ => true,
+        Ok(match self.offsets.end(db, target.table)? {
+            Some(last) => last < smallest.as_slice(),
+            None => true,
         })
     }
 
@@ -1010,6 +1046,44 @@ mod tests {
             )
             .expect("read");
         assert_eq!(found, vec![Some(b"5".to_vec()), None]);
+    }
+
+    #[tokio::test]
+    async fn keys_at_or_below_the_last_row_are_checked_after_ascending_inserts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        for key in [b"b", b"d", b"f"] {
+            let insert = WriteOp::Insert {
+                rows: vec![row(key, b"1")],
+            };
+            writer
+                .write(target(), insert)
+                .await
+                .expect("ascending insert");
+        }
+        for key in [b"f", b"b"] {
+            let again = WriteOp::Insert {
+                rows: vec![row(key, b"2")],
+            };
+            let err = writer.write(target(), again).await.expect_err("duplicate");
+            assert_eq!(err.sqlstate(), "23505", "key {key:?}");
+        }
+        let delete = WriteOp::Delete {
+            keys: vec![b"f".to_vec()],
+        };
+        writer.write(target(), delete).await.expect("delete");
+        for key in [b"f", b"c", b"g"] {
+            let insert = WriteOp::Insert {
+                rows: vec![row(key, b"3")],
+            };
+            writer.write(target(), insert).await.expect("free key");
+        }
+        let dup = WriteOp::Insert {
+            rows: vec![row(b"g", b"4")],
+        };
+        let err = writer.write(target(), dup).await.expect_err("duplicate");
+        assert_eq!(err.sqlstate(), "23505");
     }
 
     #[tokio::test]

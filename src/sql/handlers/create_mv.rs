@@ -164,7 +164,7 @@ impl Drop for Unfinished {
     fn drop(&mut self) {
         let Some(view) = self.view.take() else { return };
         let engine = self.engine.clone();
-        tokio::spawn(async move {
+        self.engine.background.spawn(async move {
             let id = view.def.table.id;
             let _ = engine.runtime.drop_view(id).await;
             if let Err(e) = engine
