@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::task::JoinSet;
 
 use crate::error::Result;
 
@@ -20,8 +20,9 @@ use crate::error::Result;
 struct Thread {
     handle: Handle,
     open: Arc<AtomicUsize>,
-    stop: Option<oneshot::Sender<()>>,
-    joined: Option<std::thread::JoinHandle<()>>,
+    /// Dropping it stops the thread.
+    _stop: oneshot::Sender<()>,
+    joined: std::thread::JoinHandle<()>,
 }
 
 pub struct ConnectionThreads {
@@ -37,7 +38,7 @@ impl ConnectionThreads {
     }
 
     /// Run `connection` on the thread serving the fewest connections.
-    pub fn spawn<F>(&self, set: &mut JoinSet<()>, connection: F) -> AbortHandle
+    pub fn spawn<F>(&self, set: &mut JoinSet<()>, connection: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -52,7 +53,7 @@ impl ConnectionThreads {
             let _closed = Closed(open);
             connection.await;
         };
-        set.spawn_on(counted, &thread.handle)
+        set.spawn_on(counted, &thread.handle);
     }
 }
 
@@ -67,13 +68,13 @@ impl Drop for Closed {
 
 impl Drop for ConnectionThreads {
     fn drop(&mut self) {
-        for thread in &mut self.threads {
-            drop(thread.stop.take());
-        }
-        for thread in &mut self.threads {
-            if let Some(joined) = thread.joined.take() {
-                let _ = joined.join();
-            }
+        // Every thread is told to stop (its sender dropped) before any is waited for.
+        let joins: Vec<_> = std::mem::take(&mut self.threads)
+            .into_iter()
+            .map(|thread| thread.joined)
+            .collect();
+        for joined in joins {
+            let _ = joined.join();
         }
     }
 }
@@ -93,8 +94,8 @@ fn start_thread(index: usize) -> Result<Thread> {
     Ok(Thread {
         handle,
         open: Arc::new(AtomicUsize::new(0)),
-        stop: Some(stop),
-        joined: Some(joined),
+        _stop: stop,
+        joined,
     })
 }
 

@@ -983,6 +983,19 @@ mod tests {
         }
     }
 
+    /// A store in `dir` with a syncing writer.
+    fn open(dir: &std::path::Path) -> (Store, Writer) {
+        let store = Store::open(dir).expect("open");
+        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        (store, writer)
+    }
+
+    fn insert_one(key: &[u8], value: &[u8]) -> WriteOp {
+        WriteOp::Insert {
+            rows: vec![row(key, value)],
+        }
+    }
+
     fn total_log(db: &DB) -> u64 {
         (0..2).map(|p| log_end(db, 7, p).expect("log end")).sum()
     }
@@ -990,8 +1003,7 @@ mod tests {
     #[tokio::test]
     async fn inserts_deletes_and_updates_keep_rows_and_log_in_step() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        let (store, writer) = open(dir.path());
         let insert = WriteOp::Insert {
             rows: vec![row(b"a", b"1"), row(b"b", b"2")],
         };
@@ -1051,21 +1063,16 @@ mod tests {
     #[tokio::test]
     async fn keys_at_or_below_the_last_row_are_checked_after_ascending_inserts() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        let (_store, writer) = open(dir.path());
         for key in [b"b", b"d", b"f"] {
-            let insert = WriteOp::Insert {
-                rows: vec![row(key, b"1")],
-            };
+            let insert = insert_one(key, b"1");
             writer
                 .write(target(), insert)
                 .await
                 .expect("ascending insert");
         }
         for key in [b"f", b"b"] {
-            let again = WriteOp::Insert {
-                rows: vec![row(key, b"2")],
-            };
+            let again = insert_one(key, b"2");
             let err = writer.write(target(), again).await.expect_err("duplicate");
             assert_eq!(err.sqlstate(), "23505", "key {key:?}");
         }
@@ -1074,14 +1081,10 @@ mod tests {
         };
         writer.write(target(), delete).await.expect("delete");
         for key in [b"f", b"c", b"g"] {
-            let insert = WriteOp::Insert {
-                rows: vec![row(key, b"3")],
-            };
+            let insert = insert_one(key, b"3");
             writer.write(target(), insert).await.expect("free key");
         }
-        let dup = WriteOp::Insert {
-            rows: vec![row(b"g", b"4")],
-        };
+        let dup = insert_one(b"g", b"4");
         let err = writer.write(target(), dup).await.expect_err("duplicate");
         assert_eq!(err.sqlstate(), "23505");
     }
@@ -1089,12 +1092,9 @@ mod tests {
     #[tokio::test]
     async fn a_store_that_lost_its_unsynced_writes_gets_them_back_from_the_commit_log() {
         let synced = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(synced.path()).expect("open");
-        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        let (store, writer) = open(synced.path());
         for key in [b"a", b"b", b"c"] {
-            let insert = WriteOp::Insert {
-                rows: vec![row(key, b"1")],
-            };
+            let insert = insert_one(key, b"1");
             writer.write(target(), insert).await.expect("insert");
         }
         let ring = std::fs::read(store.db().path().join("commit.ring")).expect("ring");
@@ -1106,9 +1106,7 @@ mod tests {
         let writer = Writer::start(store.db().clone(), None, true).expect("writer");
         assert_eq!(*writer.committed().borrow(), 3);
         assert_eq!(total_log(store.db()), 3);
-        let again = WriteOp::Insert {
-            rows: vec![row(b"a", b"2")],
-        };
+        let again = insert_one(b"a", b"2");
         let err = writer.write(target(), again).await.expect_err("duplicate");
         assert_eq!(err.sqlstate(), "23505", "the replayed row is there");
     }
@@ -1116,18 +1114,12 @@ mod tests {
     #[tokio::test]
     async fn concurrent_requests_in_one_group_see_each_other() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path()).expect("open");
-        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        let (_store, writer) = open(dir.path());
         let attempts = (0..20).map(|_| {
             let writer = writer.clone();
             tokio::spawn(async move {
                 writer
-                    .write(
-                        target(),
-                        WriteOp::Insert {
-                            rows: vec![row(b"same", b"x")],
-                        },
-                    )
+                    .write(target(), insert_one(b"same", b"x"))
                     .await
                     .is_ok()
             })
