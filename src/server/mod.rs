@@ -41,11 +41,21 @@ pub async fn run(
                 };
                 let _ = socket.set_nodelay(true);
                 handlers.sockets.accept(&socket, peer);
+                // Out of this runtime's reactor, so that the connection's
+                // thread is woken by its own poll rather than through this one.
+                let socket = match socket.into_std() {
+                    Ok(socket) => socket,
+                    Err(e) => {
+                        tracing::warn!(peer = %peer, cause = %e, "failed to detach a socket");
+                        handlers.sockets.closed(&peer);
+                        continue;
+                    }
+                };
                 Metrics::add(&engine.metrics.connections, 1);
                 let handlers = handlers.clone();
                 threads.spawn(&mut connections, async move {
                     let sockets = handlers.sockets.clone();
-                    if let Err(e) = pgwire::tokio::process_socket(socket, None, handlers).await {
+                    if let Err(e) = serve(socket, handlers).await {
                         tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
                     }
                     sockets.closed(&peer);
@@ -68,4 +78,11 @@ pub async fn run(
         .stopped(std::time::Duration::from_secs(2))
         .await;
     Ok(())
+}
+
+/// Serve one connection on the runtime polling this future, whose reactor
+/// then watches the socket.
+async fn serve(socket: std::net::TcpStream, handlers: Arc<Handlers>) -> std::io::Result<()> {
+    let socket = tokio::net::TcpStream::from_std(socket)?;
+    pgwire::tokio::process_socket(socket, None, handlers).await
 }
