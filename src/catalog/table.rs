@@ -41,6 +41,10 @@ pub struct TableDef {
     /// What feeds it from outside: a source, or a table with a connector.
     #[serde(default)]
     pub connector: Option<super::ConnectorDef>,
+    /// A view that only ever adds rows and has no key: its changelog is its
+    /// contents, and it keeps no rows of its own.
+    #[serde(default)]
+    pub log_only: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -82,6 +86,7 @@ impl TableDef {
             multiset: false,
             watermarked: false,
             connector: None,
+            log_only: false,
         }
     }
 
@@ -98,6 +103,12 @@ impl TableDef {
     /// Made by CREATE SOURCE: fed only by its connector.
     pub fn is_source(&self) -> bool {
         self.connector.as_ref().is_some_and(|c| c.source)
+    }
+
+    /// Whether reading the contents means reading the log topic from its
+    /// start: append-only tables, and views that keep no rows.
+    pub fn contents_in_log(&self) -> bool {
+        (self.append_only && !self.is_view) || self.log_only
     }
 
     pub fn is_keyed(&self) -> bool {

@@ -58,6 +58,8 @@ pub struct ViewShape {
     pub watermarked: bool,
     /// The view never retracts a row it emitted.
     pub append_only: bool,
+    /// Keyless, and its query never retracts: the changelog alone holds it.
+    pub log_only: bool,
 }
 
 impl<'a> Planner<'a> {
@@ -87,11 +89,14 @@ impl<'a> Planner<'a> {
         let mut depends_on: Vec<u64> = planner.sources.iter().map(|s| s.table.def.id).collect();
         depends_on.sort_unstable();
         depends_on.dedup();
+        let key = unique_key(plan);
+        let never_retracts = planner.is_append_only(plan);
         Ok(ViewShape {
-            key: unique_key(plan),
+            log_only: key.is_none() && never_retracts,
+            key,
             depends_on,
             watermarked: planner.sources.iter().any(|s| s.table.def.has_watermark()),
-            append_only: emit == Emit::OnWindowClose || planner.is_append_only(plan),
+            append_only: emit == Emit::OnWindowClose || never_retracts,
         })
     }
 
@@ -108,8 +113,7 @@ impl<'a> Planner<'a> {
             Emit::Every { micros } => Some(micros),
             Emit::Changes | Emit::OnWindowClose => None,
         };
-        let append_only = self.is_append_only(plan);
-        let sink = Materialize::new(view.clone(), changelog_end, every, append_only);
+        let sink = Materialize::new(view.clone(), changelog_end, every);
         self.push(Box::new(sink), vec![root]);
         Ok(Dataflow {
             view: view.def.id,

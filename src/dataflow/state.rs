@@ -50,8 +50,6 @@ pub struct EpochState {
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Pending additions to multiset view rows (merged by summing counts).
     added: Vec<(Vec<u8>, Vec<u8>)>,
-    /// Rows of append-only views, each under a key of its own.
-    appended: Vec<(Vec<u8>, Vec<u8>)>,
     /// Log chunks appended this epoch.
     log: Vec<(Vec<u8>, Vec<u8>)>,
     /// State writes made as the epoch ends, applied after `writes`.
@@ -75,7 +73,6 @@ impl EpochState {
             writes: BTreeMap::new(),
             rows: BTreeMap::new(),
             added: Vec::new(),
-            appended: Vec::new(),
             log: Vec::new(),
             last: LastWrites::default(),
             bytes,
@@ -87,7 +84,6 @@ impl EpochState {
         self.writes.is_empty()
             && self.rows.is_empty()
             && self.added.is_empty()
-            && self.appended.is_empty()
             && self.log.is_empty()
             && self.last.entries.is_empty()
             && self.late.is_empty()
@@ -125,13 +121,6 @@ impl EpochState {
     pub fn add_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.count(key.len() + value.len());
         self.added.push((key, value));
-    }
-
-    /// Write a row under a key no other row has or will have: a plain put,
-    /// neither read nor merged.
-    pub fn append_row(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.count(key.len() + value.len());
-        self.appended.push((key, value));
     }
 
     pub fn delete_row(&mut self, key: Vec<u8>) {
@@ -293,9 +282,6 @@ impl EpochState {
         let rows = cf(&self.db, CF_ROWS);
         for (key, value) in std::mem::take(&mut self.added) {
             batch.merge_cf(rows, key, value);
-        }
-        for (key, value) in std::mem::take(&mut self.appended) {
-            batch.put_cf(rows, key, value);
         }
         let log = cf(&self.db, CF_LOG);
         for (key, chunk) in std::mem::take(&mut self.log) {

@@ -36,6 +36,17 @@ pub struct Chunk<'a> {
     pub stamp: Option<Stamp>,
 }
 
+impl<'a> Chunk<'a> {
+    /// The rows the chunk adds, each as many times as it is added: a
+    /// compacted run counts equal rows together. Retractions are skipped,
+    /// for topics whose contents only grow.
+    pub fn added_rows(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
+        self.entries
+            .iter()
+            .flat_map(|e| std::iter::repeat_n(e.row, e.diff.max(0) as usize))
+    }
+}
+
 /// The commit a chunk belongs to: change streams order and resume by it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stamp {

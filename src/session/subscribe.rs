@@ -545,7 +545,7 @@ impl Subscription {
     fn snapshot(&self, view: &ReadView) -> Result<Vec<(i64, Vec<u8>)>> {
         let def = &self.table.def;
         let mut rows = Vec::new();
-        if def.append_only && !def.is_view {
+        if def.contents_in_log() {
             for partition in 0..def.partitions.max(1) {
                 embedded::read_partition(view, def.topic(), partition, 0, |_, chunk| {
                     rows.extend(chunk.entries.iter().map(|e| (e.diff, e.row.to_vec())));

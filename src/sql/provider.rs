@@ -207,25 +207,24 @@ impl TableProvider for TableSource {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let view = statement_view(state, &self.store);
         let schema = self.table.schema.clone();
-        let partitions: Vec<Arc<dyn PartitionStream>> =
-            if self.table.def.append_only && !self.table.def.is_view {
-                (0..self.table.def.partitions)
-                    .map(|p| {
-                        Arc::new(LogScan {
-                            table: self.table.clone(),
-                            view: view.clone(),
-                            partition: p,
-                        }) as Arc<dyn PartitionStream>
-                    })
-                    .collect()
-            } else {
-                let access = keyaccess::plan(&self.table, filters)?;
-                vec![Arc::new(RowScan {
-                    table: self.table.clone(),
-                    view,
-                    access,
-                })]
-            };
+        let partitions: Vec<Arc<dyn PartitionStream>> = if self.table.def.contents_in_log() {
+            (0..self.table.def.partitions)
+                .map(|p| {
+                    Arc::new(LogScan {
+                        table: self.table.clone(),
+                        view: view.clone(),
+                        partition: p,
+                    }) as Arc<dyn PartitionStream>
+                })
+                .collect()
+        } else {
+            let access = keyaccess::plan(&self.table, filters)?;
+            vec![Arc::new(RowScan {
+                table: self.table.clone(),
+                view,
+                access,
+            })]
+        };
         let exec =
             StreamingTableExec::try_new(schema, partitions, projection, vec![], false, limit)?;
         Ok(Arc::new(exec))
@@ -326,7 +325,8 @@ fn read_rows(
     }
 }
 
-/// Reads an append-only table: its log partition from offset 0.
+/// Reads an append-only table, or a view kept as its changelog alone: its
+/// log partition from offset 0.
 #[derive(Debug)]
 struct LogScan {
     table: Arc<Table>,
@@ -346,8 +346,7 @@ impl PartitionStream for LogScan {
         spawn_reader(self.table.schema.clone(), move |emit| {
             let topic = table.def.topic();
             embedded::read_partition(&view, topic, partition, 0, |_, chunk| {
-                let rows = chunk.entries.iter().filter(|e| e.diff > 0).map(|e| e.row);
-                Ok(emit(table.codec.decode(rows)?))
+                Ok(emit(table.codec.decode(chunk.added_rows())?))
             })
         })
     }

@@ -25,7 +25,8 @@ use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::join::Side;
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Result;
-use crate::state::{CF_ROWS, cf, keys};
+use crate::log::embedded;
+use crate::state::{CF_LOG, CF_ROWS, cf, keys};
 
 /// One step from the table's rows to the lookup side's rows.
 pub enum Step {
@@ -144,6 +145,9 @@ impl LookupJoin {
     }
 
     fn all_rows(&self, cx: &Context<'_>) -> Result<Vec<Vec<u8>>> {
+        if self.table.def.contents_in_log() {
+            return self.logged_rows(cx);
+        }
         let db = cx.state.db();
         let prefix = keys::table_prefix(self.table.def.id);
         let mut options = rocksdb::ReadOptions::default();
@@ -153,6 +157,24 @@ impl LookupJoin {
         let mut rows = Vec::new();
         while let Some(value) = iter.value() {
             expand_row(&self.table, value, &mut rows)?;
+            iter.next();
+        }
+        iter.status()?;
+        Ok(rows)
+    }
+
+    /// Every row of a view kept as its changelog alone.
+    fn logged_rows(&self, cx: &Context<'_>) -> Result<Vec<Vec<u8>>> {
+        let db = cx.state.db();
+        let prefix = keys::log_partition_prefix(self.table.def.topic(), 0);
+        let mut options = rocksdb::ReadOptions::default();
+        options.set_iterate_range(prefix.clone()..keys::prefix_end(&prefix));
+        let mut iter = db.raw_iterator_cf_opt(cf(db, CF_LOG), options);
+        iter.seek(&prefix);
+        let mut rows = Vec::new();
+        while let Some(value) = iter.value() {
+            let chunk = embedded::decode_chunk(value)?;
+            rows.extend(chunk.added_rows().map(<[u8]>::to_vec));
             iter.next();
         }
         iter.status()?;

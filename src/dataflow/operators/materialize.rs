@@ -6,10 +6,9 @@
 //! store `view id ++ row -> multiplicity ++ row`, a multiset; additions are
 //! RocksDB merges that sum the multiplicities, so appending reads nothing.
 //! A keyless view that never retracts (a filter or projection of append-only
-//! inputs) needs no row found by content: each row is stored under the
-//! changelog offset of its change, `view id ++ offset -> multiplicity ++ row`,
-//! so its writes come in key order, as plain puts that flushes and
-//! compactions only move along. Readers see the same values either way.
+//! inputs, `TableDef::log_only`) stores no rows at all: its changelog,
+//! read from the start, is its contents, as a stream's topic is. Each epoch
+//! then writes one entry per chunk of rows instead of one per row.
 //!
 //! Every changelog chunk carries the view's watermark, so views on this view
 //! see event time advance; a watermark that rises without changes is written
@@ -36,8 +35,6 @@ use crate::state::rows::{decode_counted, encode_counted};
 
 pub struct Materialize {
     view: Arc<Table>,
-    /// Keyless and never retracting: rows stored under their changelog offsets.
-    offset_keyed: bool,
     /// Changes received this epoch, in order.
     pending: Vec<ChangeBatch>,
     /// The next offset of the changelog topic (one partition).
@@ -65,15 +62,8 @@ pub fn expand_row(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> Result
 }
 
 impl Materialize {
-    /// `append_only`: the view's input never retracts (see the module doc).
-    pub fn new(
-        view: Arc<Table>,
-        next_offset: u64,
-        every: Option<i64>,
-        append_only: bool,
-    ) -> Materialize {
+    pub fn new(view: Arc<Table>, next_offset: u64, every: Option<i64>) -> Materialize {
         Materialize {
-            offset_keyed: append_only && view.def.multiset,
             view,
             pending: Vec::new(),
             next_offset,
@@ -83,10 +73,19 @@ impl Materialize {
         }
     }
 
-    /// Net change per row this epoch, in first-seen order.
+    /// Net change per row this epoch, in first-seen order. A view that
+    /// keeps no rows takes its changes as they come: with nothing to
+    /// retract, netting would only find equal rows to count together.
     fn consolidate(&self, batch: &ChangeBatch) -> Result<Vec<(Vec<u8>, i64)>> {
         let rows = self.view.codec.encode_rows(batch.rows())?;
         let diffs = batch.diffs().values();
+        if self.view.def.log_only {
+            return Ok(rows
+                .iter()
+                .zip(diffs.iter())
+                .map(|(row, diff)| (row.data().to_vec(), *diff))
+                .collect());
+        }
         let mut net: Vec<(Vec<u8>, i64)> = Vec::with_capacity(rows.num_rows());
         let mut seen: HashMap<&[u8], usize, ahash::RandomState> =
             HashMap::with_capacity_and_hasher(rows.num_rows(), ahash::RandomState::new());
@@ -153,19 +152,13 @@ impl Materialize {
         Ok(())
     }
 
-    /// Each change under the changelog offset it is about to get; called
-    /// before the changelog advances past them.
-    fn append_multiset(&self, changes: &[(Vec<u8>, i64)], cx: &mut Context<'_>) -> Result<()> {
-        let id = self.view.def.id;
-        for (offset, (row, diff)) in (self.next_offset..).zip(changes) {
-            if *diff < 0 {
-                return Err(Error::Internal(format!(
-                    "append-only view \"{}\" received a retraction",
-                    self.view.def.name
-                )));
-            }
-            let key = keys::row_key(id, &offset.to_be_bytes());
-            cx.state.append_row(key, encode_counted(*diff, row));
+    /// A view that keeps no rows can only grow: its changelog is all there is.
+    fn check_additions(&self, changes: &[(Vec<u8>, i64)]) -> Result<()> {
+        if changes.iter().any(|(_, diff)| *diff < 0) {
+            return Err(Error::Internal(format!(
+                "append-only view \"{}\" received a retraction",
+                self.view.def.name
+            )));
         }
         Ok(())
     }
@@ -212,8 +205,8 @@ impl Materialize {
         barrier: Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        if self.offset_keyed {
-            self.append_multiset(changes, cx)?;
+        if self.view.def.log_only {
+            self.check_additions(changes)?;
         } else if self.view.def.multiset {
             self.apply_multiset(changes, cx)?;
         } else {
@@ -273,7 +266,9 @@ impl Operator for Materialize {
     }
 
     fn describe(&self) -> String {
-        let mode = if self.view.def.multiset {
+        let mode = if self.view.def.log_only {
+            "changelog only"
+        } else if self.view.def.multiset {
             "multiset"
         } else {
             "keyed"

@@ -123,6 +123,7 @@ pub async fn create_logical(
         multiset: false,
         watermarked: false,
         connector: None,
+        log_only: false,
     };
     engine
         .catalog
@@ -289,6 +290,7 @@ fn contents(
         is_view: true,
         watermarked: shape.watermarked,
         connector: None,
+        log_only: shape.log_only,
     })
 }
 

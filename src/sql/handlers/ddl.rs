@@ -66,6 +66,7 @@ pub async fn create_table(
         multiset: false,
         watermarked: false,
         connector: create.connector.clone(),
+        log_only: false,
     };
     super::connector::check_source(&def).await?;
     let object = engine.catalog.create(ObjectDef::Table(def))?;
