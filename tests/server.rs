@@ -353,6 +353,28 @@ async fn prepared_statements_take_parameters() {
     assert_eq!(count(&client, "SELECT count(*) FROM kv").await, 8);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacting_the_store_keeps_every_row_and_wants_post() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE gone (id BIGINT PRIMARY KEY);
+             INSERT INTO gone SELECT value FROM generate_series(1, 2000);
+             CREATE TABLE kept (id BIGINT PRIMARY KEY);
+             INSERT INTO kept SELECT value FROM generate_series(1, 3000);
+             DROP TABLE gone;",
+        )
+        .await
+        .expect("setup");
+    let refused = server.http("GET", "/compact").await;
+    assert!(refused.starts_with("HTTP/1.1 405"), "{refused}");
+    let done = server.http("POST", "/compact").await;
+    assert!(done.starts_with("HTTP/1.1 200"), "{done}");
+    assert!(done.contains("compacted in"), "{done}");
+    assert_eq!(count(&client, "SELECT count(*) FROM kept").await, 3000);
+}
+
 async fn metrics(server: &TestServer) -> String {
     server.http_get("/metrics").await
 }

@@ -1,6 +1,8 @@
-//! The HTTP endpoint: `GET /metrics` in Prometheus' text format, and
+//! The HTTP endpoint: `GET /metrics` in Prometheus' text format;
 //! `GET /state`, which counts every view's operator state entries exactly
-//! (it walks the state, so it is for inspection, not for scraping).
+//! (it walks the state, so it is for inspection, not for scraping); and
+//! `POST /compact`, which compacts the whole store and answers once it is
+//! done (after dropping large objects, or before a benchmark run).
 //!
 //! One endpoint with fixed responses does not justify an HTTP framework's
 //! build time; this reads the request line and answers.
@@ -31,11 +33,19 @@ async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
     let mut buffer = vec![0u8; 4096];
     let n = socket.read(&mut buffer).await?;
     let request = String::from_utf8_lossy(&buffer[..n]);
-    let path = request.split_whitespace().nth(1).unwrap_or("/");
-    let (status, content_type, body) = match path {
-        "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics(engine)),
-        "/state" => ("200 OK", "text/plain; version=0.0.4", state_entries(engine)),
-        "/" => ("200 OK", "text/plain", "weir: see /metrics\n".to_string()),
+    let mut line = request.split_whitespace();
+    let method = line.next().unwrap_or("GET");
+    let path = line.next().unwrap_or("/");
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics(engine)),
+        ("GET", "/state") => ("200 OK", "text/plain; version=0.0.4", state_entries(engine)),
+        ("POST", "/compact") => compact(engine).await,
+        ("GET", "/") => ("200 OK", "text/plain", "weir: see /metrics\n".to_string()),
+        (_, "/metrics" | "/state" | "/compact" | "/") => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "use GET for /metrics and /state, POST for /compact\n".to_string(),
+        ),
         _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
     };
     let response = format!(
@@ -44,6 +54,24 @@ async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
     );
     socket.write_all(response.as_bytes()).await?;
     socket.shutdown().await
+}
+
+/// Compact the store on a blocking thread; the status and how long it took.
+async fn compact(engine: &Engine) -> (&'static str, &'static str, String) {
+    let store = engine.store.clone();
+    let started = std::time::Instant::now();
+    match tokio::task::spawn_blocking(move || store.compact()).await {
+        Ok(()) => (
+            "200 OK",
+            "text/plain",
+            format!("compacted in {:.3} s\n", started.elapsed().as_secs_f64()),
+        ),
+        Err(e) => (
+            "500 Internal Server Error",
+            "text/plain",
+            format!("compaction failed: {e}\n"),
+        ),
+    }
 }
 
 /// Operator state entries per view, counted by walking the state family.

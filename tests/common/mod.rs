@@ -172,12 +172,17 @@ impl TestServer {
 
     /// The body of a GET on the HTTP endpoint, headers included.
     pub async fn http_get(&self, path: &str) -> String {
+        self.http("GET", path).await
+    }
+
+    /// The whole response, status line and headers included.
+    pub async fn http(&self, method: &str, path: &str) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", self.http_port))
             .await
             .expect("http connect");
         stream
-            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .write_all(format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
             .await
             .expect("send");
         let mut body = String::new();

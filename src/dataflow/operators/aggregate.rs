@@ -230,6 +230,9 @@ pub struct Aggregate {
     output: RowConverter,
     /// Groups in memory, and where each one is.
     groups_cache: Vec<Group>,
+    /// Some group was touched since the last flush. Without it, every
+    /// barrier of an idle view walked the whole cache to find nothing.
+    touched: bool,
     index: FastMap<Vec<u8>, usize>,
     /// The smallest key in the cache, for windowed groups: nothing in the
     /// cache closes before it.
@@ -292,6 +295,7 @@ impl Aggregate {
             schema,
             output,
             groups_cache: Vec::new(),
+            touched: false,
             index: FastMap::default(),
             earliest: None,
             cache_limit: CACHE_GROUPS,
@@ -354,6 +358,7 @@ impl Aggregate {
 
     /// Touch a group: its place in the cache, loaded from state if missing.
     fn slot(&mut self, group: &[u8], cx: &Context<'_>) -> Result<usize> {
+        self.touched = true;
         if let Some(slot) = self.index.get(group) {
             self.groups_cache[*slot].dirty = true;
             return Ok(*slot);
@@ -533,7 +538,7 @@ impl Aggregate {
     /// back until its window closes under `EMIT ON WINDOW CLOSE`).
     fn flush(&mut self, cx: &mut Context<'_>) -> Result<()> {
         self.apply_multisets(cx)?;
-        if !self.groups_cache.iter().any(|g| g.dirty) {
+        if !std::mem::take(&mut self.touched) || !self.groups_cache.iter().any(|g| g.dirty) {
             return Ok(());
         }
         let groups = std::mem::take(&mut self.groups_cache);
