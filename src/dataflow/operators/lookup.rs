@@ -26,7 +26,7 @@ use crate::dataflow::operators::join::Side;
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Result;
 use crate::log::embedded;
-use crate::state::{CF_LOG, CF_ROWS, cf, keys};
+use crate::state::{CF_ROWS, ReadView, cf, keys};
 
 /// One step from the table's rows to the lookup side's rows.
 pub enum Step {
@@ -165,19 +165,14 @@ impl LookupJoin {
 
     /// Every row of a view kept as its changelog alone.
     fn logged_rows(&self, cx: &Context<'_>) -> Result<Vec<Vec<u8>>> {
-        let db = cx.state.db();
-        let prefix = keys::log_partition_prefix(self.table.def.topic(), 0);
-        let mut options = rocksdb::ReadOptions::default();
-        options.set_iterate_range(prefix.clone()..keys::prefix_end(&prefix));
-        let mut iter = db.raw_iterator_cf_opt(cf(db, CF_LOG), options);
-        iter.seek(&prefix);
+        let view = ReadView::new(cx.state.db().clone(), |db| db.snapshot());
         let mut rows = Vec::new();
-        while let Some(value) = iter.value() {
-            let chunk = embedded::decode_chunk(value)?;
-            rows.extend(chunk.added_rows().map(<[u8]>::to_vec));
-            iter.next();
+        for partition in 0..self.table.def.partitions.max(1) {
+            embedded::read_partition(&view, self.table.def.topic(), partition, 0, |_, chunk| {
+                rows.extend(chunk.added_rows().map(<[u8]>::to_vec));
+                Ok(true)
+            })?;
         }
-        iter.status()?;
         Ok(rows)
     }
 }
