@@ -402,6 +402,12 @@ impl<'a> Planner<'a> {
     ) -> Result<usize> {
         let table = window.relation.clone();
         let schema = window.schema();
+        let columns: Vec<usize> = match &scan.projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        // Where each scanned column lands in the window operator's output.
+        let mut at: Vec<usize> = (0..schema.fields().len()).collect();
         let assign: Box<dyn Operator> = match window.spec.kind {
             WindowKind::Session { gap } => {
                 if !table.def.append_only || table.def.is_view {
@@ -419,22 +425,26 @@ impl<'a> Planner<'a> {
                     self.view_name.clone(),
                 )?)
             }
-            _ => Box::new(WindowAssign::new(
-                window.spec.clone(),
-                schema.clone(),
-                self.view_name.clone(),
-            )),
+            _ => {
+                let width = table.schema.fields().len();
+                let keep: Vec<usize> = columns.iter().copied().filter(|i| *i < width).collect();
+                for (i, column) in keep.iter().enumerate() {
+                    at[*column] = i;
+                }
+                at[width] = keep.len();
+                at[width + 1] = keep.len() + 1;
+                let assign =
+                    WindowAssign::new(window.spec.clone(), schema.clone(), self.view_name.clone());
+                Box::new(assign.keeping(keep))
+            }
         };
         let node = self.push(assign, Vec::new());
         self.sources.push(Source { table, node });
-        let columns: Vec<usize> = match &scan.projection {
-            Some(p) => p.clone(),
-            None => (0..schema.fields().len()).collect(),
-        };
         let exprs = columns
             .iter()
             .map(|i| {
-                Arc::new(PhysicalColumn::new(schema.field(*i).name(), *i)) as Arc<dyn PhysicalExpr>
+                Arc::new(PhysicalColumn::new(schema.field(*i).name(), at[*i]))
+                    as Arc<dyn PhysicalExpr>
             })
             .collect();
         let project = Project::new(exprs, Arc::new(scan.projected_schema.as_arrow().clone()));

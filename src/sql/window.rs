@@ -271,7 +271,8 @@ impl PartitionStream for WindowScan {
                     let batches: Vec<RecordBatch> = input.try_collect().await?;
                     let batch = concat_batches(&input_schema, &batches)?;
                     let assigned = table.spec.sessions(&batch, &table.session_keys, gap)?;
-                    Ok(assigned.apply(&batch, &table.schema)?)
+                    let all: Vec<usize> = (0..batch.num_columns()).collect();
+                    Ok(assigned.apply(&batch, &all, &table.schema)?)
                 };
                 let stream = futures::stream::once(all);
                 Box::pin(RecordBatchStreamAdapter::new(schema, stream))
@@ -280,7 +281,11 @@ impl PartitionStream for WindowScan {
                 let stream = input.map(move |batch| {
                     let batch = batch?;
                     let times = table.spec.times(&batch)?;
-                    Ok(table.spec.assign(&times).apply(&batch, &table.schema)?)
+                    let all: Vec<usize> = (0..batch.num_columns()).collect();
+                    Ok(table
+                        .spec
+                        .assign(&times)
+                        .apply(&batch, &all, &table.schema)?)
                 });
                 Box::pin(RecordBatchStreamAdapter::new(schema, stream))
             }

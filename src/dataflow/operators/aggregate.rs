@@ -4,11 +4,13 @@
 //! # Algorithm
 //! Each input row adds its weight to its group: the group's row count, and
 //! each aggregate's running state. Groups are kept in memory (up to
-//! [`CACHE_GROUPS`] of them, beyond which the cache starts over) and marked
-//! when touched; at the barrier the operator emits, per touched group, a
-//! retraction of the row it last emitted and the group's new row (nothing
-//! when they are equal), and writes the group back to state, which is the
-//! truth after a restart. A group whose row count
+//! [`CACHE_GROUPS`] of them, beyond which the half with the smallest keys
+//! is written back and dropped) and marked when touched; at the barrier the
+//! operator emits, per touched group, a retraction of the row it last
+//! emitted and the group's new row (nothing when they are equal), and
+//! writes the group back to state, which is the truth after a restart.
+//! The new rows of all touched groups are built as columns together, not
+//! one row at a time. A group whose row count
 //! drops to zero disappears (except the single group of an aggregate without
 //! GROUP BY, which always has a row, as in SQL).
 //!
@@ -23,6 +25,14 @@
 //! WINDOW CLOSE`: one final row each, and nothing before) and their state is
 //! deleted, which keeps state bounded on an endless stream. Rows for a window
 //! that is already final never arrive: the window operator drops them.
+//!
+//! # Reads the cache saves
+//! A group missing from the cache is read from state, unless the operator
+//! knows state cannot hold it: every stored group with a key above a
+//! horizon is also in the cache, and only the smallest keys ever leave it.
+//! A fresh operator's horizon is below every key; windowed keys lead with
+//! the closing time, so a new window's groups fall above the horizon and
+//! cost no read.
 //!
 //! # State layout (under the operator's prefix)
 //! - `g` ++ group key -> [`GroupState`] ++ the last emitted row (row format);
@@ -198,6 +208,37 @@ struct Group {
     dirty: bool,
 }
 
+/// Which stored groups the cache is known to hold.
+#[derive(Debug, Clone, PartialEq)]
+enum Horizon {
+    /// Not known yet: found from state at the first miss.
+    Unknown,
+    /// Every stored group is in the cache.
+    All,
+    /// Every stored group with a key above this one is in the cache.
+    Above(Vec<u8>),
+}
+
+impl Horizon {
+    /// Whether a group missing from the cache cannot be in state either.
+    fn rules_out(&self, group: &[u8]) -> bool {
+        match self {
+            Horizon::Unknown => false,
+            Horizon::All => true,
+            Horizon::Above(key) => group > key.as_slice(),
+        }
+    }
+
+    /// Groups up to `key` left the cache.
+    fn lower_to(&mut self, key: &[u8]) {
+        match self {
+            Horizon::Unknown => {}
+            Horizon::Above(held) if held.as_slice() >= key => {}
+            _ => *self = Horizon::Above(key.to_vec()),
+        }
+    }
+}
+
 type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Where a windowed group's closing time comes from: a group column holding
@@ -230,9 +271,11 @@ pub struct Aggregate {
     output: RowConverter,
     /// Groups in memory, and where each one is.
     groups_cache: Vec<Group>,
-    /// Some group was touched since the last flush. Without it, every
-    /// barrier of an idle view walked the whole cache to find nothing.
-    touched: bool,
+    /// Slots of the groups touched since the last flush, so that a flush
+    /// visits them alone and an idle view's barriers cost nothing.
+    dirty: Vec<usize>,
+    /// Which stored groups are known to be in the cache.
+    horizon: Horizon,
     index: FastMap<Vec<u8>, usize>,
     /// The smallest key in the cache, for windowed groups: nothing in the
     /// cache closes before it.
@@ -295,7 +338,8 @@ impl Aggregate {
             schema,
             output,
             groups_cache: Vec::new(),
-            touched: false,
+            dirty: Vec::new(),
+            horizon: Horizon::Unknown,
             index: FastMap::default(),
             earliest: None,
             cache_limit: CACHE_GROUPS,
@@ -358,13 +402,21 @@ impl Aggregate {
 
     /// Touch a group: its place in the cache, loaded from state if missing.
     fn slot(&mut self, group: &[u8], cx: &Context<'_>) -> Result<usize> {
-        self.touched = true;
         if let Some(slot) = self.index.get(group) {
-            self.groups_cache[*slot].dirty = true;
+            let cached = &mut self.groups_cache[*slot];
+            if !cached.dirty {
+                cached.dirty = true;
+                self.dirty.push(*slot);
+            }
             return Ok(*slot);
         }
         let aggs = self.aggs.len();
-        let (state, emitted) = match cx.state.get(&Self::group_key(cx, group))? {
+        let stored = if self.surely_new(group, cx)? {
+            None
+        } else {
+            cx.state.get(&Self::group_key(cx, group))?
+        };
+        let (state, emitted) = match stored {
             Some(bytes) => GroupState::decode(&bytes, aggs)?,
             None => (GroupState::new(aggs), None),
         };
@@ -379,23 +431,45 @@ impl Aggregate {
         }
         let slot = self.groups_cache.len() - 1;
         self.index.insert(group.to_vec(), slot);
+        self.dirty.push(slot);
         Ok(slot)
+    }
+
+    /// Whether a group missing from the cache is missing from state too;
+    /// the first miss finds the horizon from the last stored group.
+    fn surely_new(&mut self, group: &[u8], cx: &Context<'_>) -> Result<bool> {
+        if self.horizon == Horizon::Unknown {
+            let lower = cx.key(b"g");
+            self.horizon = match cx.state.first_in(&lower, &prefix_end(&lower), true)? {
+                None => Horizon::All,
+                Some((key, _)) => Horizon::Above(key[lower.len()..].to_vec()),
+            };
+        }
+        Ok(self.horizon.rules_out(group))
     }
 
     /// Replace the cache, reindexing it.
     fn set_cache(&mut self, groups: Vec<Group>) {
-        let groups = if groups.len() > self.cache_limit {
-            Vec::new()
-        } else {
-            groups
-        };
         self.index = groups
             .iter()
             .enumerate()
             .map(|(i, g)| (g.key.clone(), i))
             .collect();
+        self.dirty = (0..groups.len()).filter(|i| groups[*i].dirty).collect();
         self.earliest = groups.iter().map(|g| &g.key).min().cloned();
         self.groups_cache = groups;
+    }
+
+    /// Past the limit, drop the written-back half of the cache with the
+    /// smallest keys: for windows, the oldest, which new rows reach least.
+    fn evict(&self, mut groups: Vec<Group>) -> (Vec<Group>, Option<Vec<u8>>) {
+        if groups.len() <= self.cache_limit {
+            return (groups, None);
+        }
+        groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let kept = groups.split_off(groups.len() - self.cache_limit / 2);
+        let highest = groups.pop().map(|g| g.key);
+        (kept, highest)
     }
 
     fn evaluate_args(&self, batch: &ChangeBatch) -> Result<Vec<Option<ArrayRef>>> {
@@ -526,11 +600,22 @@ impl Operator for Aggregate {
     }
 }
 
-/// Rows an operator call retracts and inserts.
+/// Rows an operator call retracts (row format) and inserts (columns).
 #[derive(Default)]
 struct Changes {
     retract: Vec<Vec<u8>>,
-    insert: Vec<Vec<ScalarValue>>,
+    insert: Vec<Vec<ArrayRef>>,
+}
+
+/// What settling a touched group leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// It has no rows left: retracted and deleted.
+    Gone,
+    /// Written back, its row held until its window closes.
+    Kept,
+    /// Its new row is to be built and compared with the last one emitted.
+    Emit,
 }
 
 impl Aggregate {
@@ -538,66 +623,104 @@ impl Aggregate {
     /// back until its window closes under `EMIT ON WINDOW CLOSE`).
     fn flush(&mut self, cx: &mut Context<'_>) -> Result<()> {
         self.apply_multisets(cx)?;
-        if !std::mem::take(&mut self.touched) || !self.groups_cache.iter().any(|g| g.dirty) {
+        let dirty = std::mem::take(&mut self.dirty);
+        if dirty.is_empty() {
             return Ok(());
         }
-        let groups = std::mem::take(&mut self.groups_cache);
-        let count = groups.len();
+        let mut groups = std::mem::take(&mut self.groups_cache);
         let mut out = Changes::default();
-        let mut kept = Vec::with_capacity(count);
-        for mut group in groups {
-            if !group.dirty || self.settle(&mut group, false, &mut out, cx)? {
-                kept.push(group);
+        let mut emitting = Vec::with_capacity(dirty.len());
+        let mut gone = false;
+        for slot in dirty {
+            match self.settle(&mut groups[slot], false, &mut out, cx)? {
+                Fate::Gone => gone = true,
+                Fate::Kept => {}
+                Fate::Emit => emitting.push(slot),
             }
         }
-        if kept.len() == count && count <= self.cache_limit {
-            self.groups_cache = kept;
-        } else {
+        self.emit_rows(&mut groups, &emitting, false, &mut out, cx)?;
+        if gone || groups.len() > self.cache_limit {
+            groups.retain(|g| g.state.rows > 0 || self.is_global());
+            let (kept, highest) = self.evict(groups);
+            if let Some(key) = highest {
+                self.horizon.lower_to(&key);
+            }
             self.set_cache(kept);
+        } else {
+            self.groups_cache = groups;
         }
-        let batch = self.changes(out.retract, out.insert)?;
+        let batch = self.changes(out)?;
         cx.emit(batch);
         Ok(())
     }
 
-    /// Write a touched group back and note how its row changed; a group
-    /// whose window has `closed` is noted a last time (its only time under
-    /// `EMIT ON WINDOW CLOSE`) and its state deleted. Returns whether the
-    /// group stays in the cache.
+    /// Settle a touched group: a group with no rows left is retracted and
+    /// deleted; one held back until its window closes is written back;
+    /// any other needs its new row (see [`Aggregate::emit_rows`]).
     fn settle(
-        &mut self,
+        &self,
         group: &mut Group,
         closed: bool,
         out: &mut Changes,
         cx: &mut Context<'_>,
-    ) -> Result<bool> {
+    ) -> Result<Fate> {
         let alive = group.state.rows > 0 || self.is_global();
-        let key = Self::group_key(cx, &group.key);
         group.dirty = false;
         if !alive {
             out.retract.extend(group.emitted.take());
-            cx.state.delete(key);
-            return Ok(false);
+            cx.state.delete(Self::group_key(cx, &group.key));
+            return Ok(Fate::Gone);
         }
         if self.on_close && !closed {
+            let key = Self::group_key(cx, &group.key);
             cx.state.put(key, group.state.encode(None));
-            return Ok(true);
+            return Ok(Fate::Kept);
         }
         self.resolve_extremes(group, cx)?;
-        let new_row = self.output_row(&group.key, &group.state)?;
-        let new_bytes = self.encode_output(&new_row)?;
-        if Some(&new_bytes) != group.emitted.as_ref() {
-            out.retract.extend(group.emitted.take());
-            out.insert.push(new_row);
+        Ok(Fate::Emit)
+    }
+
+    /// Build the rows of settled groups (`which` of `groups`) together,
+    /// note the ones that changed, and write the groups back; a group whose window has
+    /// `closed` has its state deleted instead.
+    fn emit_rows(
+        &self,
+        groups: &mut [Group],
+        which: &[usize],
+        closed: bool,
+        out: &mut Changes,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        if which.is_empty() {
+            return Ok(());
         }
-        if closed {
-            cx.state.delete(key);
-            self.forget_values(&group.key, cx)?;
-            return Ok(false);
+        let settled = which
+            .iter()
+            .map(|i| (groups[*i].key.as_slice(), &groups[*i].state));
+        let columns = self.output_columns(settled)?;
+        let rows = self.output.convert_columns(&columns)?;
+        let mut changed: Vec<u32> = Vec::new();
+        for (i, slot) in which.iter().enumerate() {
+            let group = &mut groups[*slot];
+            let new_row = rows.row(i).data();
+            if group.emitted.as_deref() != Some(new_row) {
+                out.retract.extend(group.emitted.take());
+                changed.push(i as u32);
+            }
+            let key = Self::group_key(cx, &group.key);
+            if closed {
+                cx.state.delete(key);
+                self.forget_values(&group.key, cx)?;
+            } else {
+                cx.state.put(key, group.state.encode(Some(new_row)));
+                group.emitted = Some(new_row.to_vec());
+            }
         }
-        cx.state.put(key, group.state.encode(Some(&new_bytes)));
-        group.emitted = Some(new_bytes);
-        Ok(true)
+        if !changed.is_empty() {
+            let columns = take_arrays(&columns, &UInt32Array::from(changed), None)?;
+            out.insert.push(columns);
+        }
+        Ok(())
     }
 
     /// Settle the groups whose window the watermark has reached: first the
@@ -611,38 +734,49 @@ impl Aggregate {
             .as_deref()
             .is_some_and(|e| e < bound.as_slice())
         {
-            let (closing, open): (Vec<Group>, Vec<Group>) = std::mem::take(&mut self.groups_cache)
-                .into_iter()
-                .partition(|g| g.key.as_slice() < bound.as_slice());
+            let (mut closing, open): (Vec<Group>, Vec<Group>) =
+                std::mem::take(&mut self.groups_cache)
+                    .into_iter()
+                    .partition(|g| g.key.as_slice() < bound.as_slice());
             self.set_cache(open);
-            for mut group in closing {
+            let mut emitting = Vec::new();
+            for (i, group) in closing.iter_mut().enumerate() {
                 if group.dirty || self.on_close {
-                    self.settle(&mut group, true, &mut out, cx)?;
+                    if self.settle(group, true, &mut out, cx)? == Fate::Emit {
+                        emitting.push(i);
+                    }
                 } else {
                     cx.state.delete(Self::group_key(cx, &group.key));
                     self.forget_values(&group.key, cx)?;
                 }
             }
+            self.emit_rows(&mut closing, &emitting, true, &mut out, cx)?;
         }
+        // What is left closing is in state alone: the cached groups' deletes
+        // above hide them from this scan.
         let lower = cx.key(b"g");
         let upper = cx.key(&[b"g".as_slice(), &bound].concat());
+        let mut stored = Vec::new();
         for (key, value) in cx.state.scan(&lower, &upper)? {
             let group = key[lower.len()..].to_vec();
-            if self.on_close {
-                let (state, _) = GroupState::decode(&value, self.aggs.len())?;
-                let mut closing = Group {
-                    key: group.clone(),
-                    state,
-                    emitted: None,
-                    dirty: false,
-                };
-                self.resolve_extremes(&mut closing, cx)?;
-                out.insert.push(self.output_row(&group, &closing.state)?);
+            if !self.on_close {
+                cx.state.delete(key);
+                self.forget_values(&group, cx)?;
+                continue;
             }
-            cx.state.delete(key);
-            self.forget_values(&group, cx)?;
+            let (state, _) = GroupState::decode(&value, self.aggs.len())?;
+            let mut closing = Group {
+                key: group,
+                state,
+                emitted: None,
+                dirty: false,
+            };
+            self.resolve_extremes(&mut closing, cx)?;
+            stored.push(closing);
         }
-        let batch = self.changes(out.retract, out.insert)?;
+        let all: Vec<usize> = (0..stored.len()).collect();
+        self.emit_rows(&mut stored, &all, true, &mut out, cx)?;
+        let batch = self.changes(out)?;
         cx.emit(batch);
         Ok(())
     }
@@ -779,22 +913,38 @@ impl Aggregate {
         Ok(())
     }
 
-    fn output_row(&self, group: &[u8], state: &GroupState) -> Result<Vec<ScalarValue>> {
-        let mut values: Vec<ScalarValue> = Vec::with_capacity(self.schema.fields().len());
+    /// The output columns of groups, one row each, in the output's types.
+    fn output_columns<'g>(
+        &self,
+        groups: impl ExactSizeIterator<Item = (&'g [u8], &'g GroupState)> + Clone,
+    ) -> Result<Vec<ArrayRef>> {
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.schema.fields().len());
         if !self.is_global() {
             let parser = self.group_keys.parser();
-            let columns = self.group_keys.convert_rows([parser.parse(group)])?;
+            let keys = self
+                .group_keys
+                .convert_rows(groups.clone().map(|(key, _)| parser.parse(key)))?;
             let skip = usize::from(self.window.is_some());
-            for column in &columns[skip..] {
-                values.push(ScalarValue::try_from_array(column, 0)?);
-            }
+            columns.extend(keys.into_iter().skip(skip));
         }
         for (a, spec) in self.aggs.iter().enumerate() {
-            let target = self.schema.field(values.len()).data_type().clone();
-            let value = self.aggregate_value(a, spec, state)?;
-            values.push(cast_scalar(value, &target)?);
+            let target = self.schema.field(columns.len()).data_type();
+            let values = groups
+                .clone()
+                .map(|(_, state)| cast_scalar(self.aggregate_value(a, spec, state)?, target))
+                .collect::<Result<Vec<_>>>()?;
+            columns.push(ScalarValue::iter_to_array(values)?);
         }
-        Ok(values)
+        columns
+            .into_iter()
+            .zip(self.schema.fields())
+            .map(
+                |(column, field)| match column.data_type() == field.data_type() {
+                    true => Ok(column),
+                    false => Ok(cast(&column, field.data_type())?),
+                },
+            )
+            .collect()
     }
 
     fn aggregate_value(&self, a: usize, spec: &AggSpec, state: &GroupState) -> Result<ScalarValue> {
@@ -841,36 +991,21 @@ impl Aggregate {
         })
     }
 
-    fn encode_output(&self, values: &[ScalarValue]) -> Result<Vec<u8>> {
-        let columns = values
-            .iter()
-            .map(|v| v.to_array())
-            .collect::<datafusion::error::Result<Vec<_>>>()?;
-        let rows = self.output.convert_columns(&columns)?;
-        Ok(rows.row(0).data().to_vec())
-    }
-
-    fn changes(&self, retract: Vec<Vec<u8>>, insert: Vec<Vec<ScalarValue>>) -> Result<ChangeBatch> {
+    fn changes(&self, out: Changes) -> Result<ChangeBatch> {
         let mut batches = Vec::new();
         let mut diffs: Vec<i64> = Vec::new();
-        if !retract.is_empty() {
+        if !out.retract.is_empty() {
             let parser = self.output.parser();
             let columns = self
                 .output
-                .convert_rows(retract.iter().map(|r| parser.parse(r)))?;
+                .convert_rows(out.retract.iter().map(|r| parser.parse(r)))?;
             batches.push(self.batch(columns)?);
-            diffs.extend(std::iter::repeat_n(-1, retract.len()));
+            diffs.extend(std::iter::repeat_n(-1, out.retract.len()));
         }
-        if !insert.is_empty() {
-            let columns = (0..self.schema.fields().len())
-                .map(|c| {
-                    let array =
-                        ScalarValue::iter_to_array(insert.iter().map(|row| row[c].clone()))?;
-                    Ok(cast(&array, self.schema.field(c).data_type())?)
-                })
-                .collect::<Result<Vec<_>>>()?;
-            batches.push(self.batch(columns)?);
-            diffs.extend(std::iter::repeat_n(1, insert.len()));
+        for columns in out.insert {
+            let batch = self.batch(columns)?;
+            diffs.extend(std::iter::repeat_n(1, batch.num_rows()));
+            batches.push(batch);
         }
         let rows = concat_batches(&self.nullable_schema, &batches)?;
         ChangeBatch::new(rows, Int64Array::from(diffs))

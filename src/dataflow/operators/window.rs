@@ -10,7 +10,9 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::array::{Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{take, take_record_batch};
 use datafusion::arrow::datatypes::Int64Type;
-use datafusion::arrow::datatypes::SchemaRef;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::late::rows_as_json;
@@ -21,21 +23,43 @@ use crate::error::Result;
 
 pub struct WindowAssign {
     spec: WindowSpec,
-    /// The input's schema with the two window columns.
+    /// The input columns passed on: a row goes out once per window, so
+    /// the columns no one reads are left behind rather than copied.
+    keep: Vec<usize>,
+    /// The kept columns with the two window columns.
     schema: SchemaRef,
+    /// The event-time column's name, for EXPLAIN.
+    time_name: String,
     /// The view being maintained, named in late events.
     view: String,
     watermark: Option<i64>,
 }
 
 impl WindowAssign {
+    /// `schema` is the input's with the two window columns; every input
+    /// column is passed on until [`WindowAssign::keeping`] says otherwise.
     pub fn new(spec: WindowSpec, schema: SchemaRef, view: String) -> WindowAssign {
         WindowAssign {
+            keep: (0..schema.fields().len() - 2).collect(),
+            time_name: schema.field(spec.time_column).name().clone(),
             spec,
             schema,
             view,
             watermark: None,
         }
+    }
+
+    /// Pass on only the input columns `keep`, in that order.
+    pub fn keeping(mut self, keep: Vec<usize>) -> WindowAssign {
+        let width = self.schema.fields().len();
+        let fields = keep
+            .iter()
+            .chain(&[width - 2, width - 1])
+            .map(|i| self.schema.field(*i).clone())
+            .collect::<Vec<_>>();
+        self.schema = Arc::new(Schema::new(fields));
+        self.keep = keep;
+        self
     }
 }
 
@@ -45,11 +69,7 @@ impl Operator for WindowAssign {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "{:?} on {}",
-            self.spec.kind,
-            self.schema.field(self.spec.time_column).name()
-        )
+        format!("{:?} on {}", self.spec.kind, self.time_name)
     }
 
     fn on_changes(
@@ -69,7 +89,7 @@ impl Operator for WindowAssign {
         if kept.rows.is_empty() {
             return Ok(());
         }
-        let rows = kept.apply(batch.rows(), &self.schema)?;
+        let rows = kept.apply(batch.rows(), &self.keep, &self.schema)?;
         let diffs = if kept.is_identity(batch.len()) {
             batch.diffs().clone()
         } else {
