@@ -243,6 +243,11 @@ impl ReadView {
         let db = self.db();
         let mut options = self.read_options();
         options.set_iterate_range(lower.clone()..upper);
+        if family == CF_LOG {
+            // Log chunks are read once, in order, and are large: caching
+            // them would push out the state blocks that lookups reuse.
+            options.fill_cache(false);
+        }
         let mut iter = db.raw_iterator_cf_opt(cf(db, family), options);
         iter.seek(&lower);
         while iter.valid() {
