@@ -196,7 +196,8 @@ impl GroupState {
     }
 }
 
-/// Groups kept in memory between barriers; beyond this the cache starts over.
+/// Groups kept in memory between barriers; beyond this the half with the
+/// smallest keys is dropped.
 pub const CACHE_GROUPS: usize = 100_000;
 
 /// A group in memory, with the row it last emitted.
@@ -1310,7 +1311,7 @@ mod tests {
     }
 
     #[test]
-    fn a_full_cache_starts_over_without_changing_results() {
+    fn a_full_cache_drops_its_smallest_groups_without_changing_results() {
         let run = |limit: usize| {
             let dir = tempfile::tempdir().expect("tempdir");
             let store = Store::open(dir.path()).expect("store");
