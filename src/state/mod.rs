@@ -66,6 +66,12 @@ impl Store {
                 if name == CF_ROWS {
                     options.set_merge_operator_associative("weir_add_counts", add_counts);
                 }
+                if name == CF_LOG {
+                    // Every view's backfill reads the log from the start, so
+                    // decompressing it would be paid again by each one.
+                    options.set_compression_type(rocksdb::DBCompressionType::None);
+                    options.set_compression_per_level(&[]);
+                }
                 ColumnFamilyDescriptor::new(name, options)
             });
         let db = DB::open_cf_descriptors(&options, path, families)?;
