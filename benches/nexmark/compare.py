@@ -13,13 +13,17 @@ all of them alike. Prints every run and the median CPU-seconds per binary.
         --queries q0,q5 --repeat 3 OLD_BINARY NEW_BINARY
 
 The binaries must read each other's data: compare builds that share the
-storage format.
+storage format. A binary given as `BINARY@DATA_DIR` runs on a data directory
+of its own instead, for changes to how data is stored, which compaction
+applies as it rewrites files: generate the events once with each binary
+(`run.py --weir-bin BINARY --workdir DIR`), then compare.
 """
 
 import argparse
 import os
 import statistics
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run  # noqa: E402
@@ -28,16 +32,20 @@ import run  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("binaries", nargs="+")
-    ap.add_argument("--data-dir", required=True, help="a weir data directory holding the Nexmark sources")
+    ap.add_argument("--data-dir", help="a weir data directory holding the Nexmark sources")
     ap.add_argument("--queries", default="q0")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--log", default=os.path.join(os.getcwd(), "compare-weir.log"))
+    ap.add_argument("--log", default=os.path.join(tempfile.gettempdir(), "weir-compare.log"),
+                    help="where the nodes' output goes")
     args = ap.parse_args()
     results: dict = {}
     for query in args.queries.split(","):
         for n in range(args.repeat):
             for binary in args.binaries:
-                weir = run.Weir(binary, args.data_dir, args.log)
+                path, _, data_dir = binary.partition("@")
+                if not (data_dir or args.data_dir):
+                    ap.error(f"{binary}: no data directory; give --data-dir or BINARY@DATA_DIR")
+                weir = run.Weir(path, data_dir or args.data_dir, args.log)
                 weir.start()
                 try:
                     out = run.run_weir(weir, query)
