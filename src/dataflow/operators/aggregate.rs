@@ -1331,6 +1331,22 @@ mod tests {
     }
 
     #[test]
+    fn the_horizon_only_rules_out_keys_above_every_dropped_one() {
+        let mut horizon = Horizon::All;
+        assert!(horizon.rules_out(b"a"));
+        horizon.lower_to(b"m");
+        assert!(!horizon.rules_out(b"a") && !horizon.rules_out(b"m"));
+        assert!(horizon.rules_out(b"n"));
+        // Dropping smaller keys later never lowers what is known.
+        horizon.lower_to(b"c");
+        assert_eq!(horizon, Horizon::Above(b"m".to_vec()));
+        // Until state has been looked at, nothing is ruled out.
+        let mut unknown = Horizon::Unknown;
+        unknown.lower_to(b"z");
+        assert!(!unknown.rules_out(b"zz"));
+    }
+
+    #[test]
     fn nulls_are_ignored_by_sum_and_min() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
