@@ -206,20 +206,13 @@ impl Assigned {
         UInt32Array::from(self.rows.clone())
     }
 
-    /// The input rows of the pairs, cut to the `keep` columns, with the
-    /// window columns appended.
-    pub fn apply(
-        &self,
-        batch: &RecordBatch,
-        keep: &[usize],
-        schema: &SchemaRef,
-    ) -> Result<RecordBatch> {
+    /// The input rows of the pairs with the window columns appended.
+    pub fn apply(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         let time_type = schema.field(schema.fields().len() - 1).data_type();
-        let kept: Vec<ArrayRef> = keep.iter().map(|i| batch.column(*i).clone()).collect();
         let mut columns = if self.is_identity(batch.num_rows()) {
-            kept
+            batch.columns().to_vec()
         } else {
-            take_arrays(&kept, &self.indices(), None)?
+            take_arrays(batch.columns(), &self.indices(), None)?
         };
         columns.push(bounds(&self.starts, time_type)?);
         columns.push(bounds(&self.ends, time_type)?);

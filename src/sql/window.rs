@@ -271,8 +271,7 @@ impl PartitionStream for WindowScan {
                     let batches: Vec<RecordBatch> = input.try_collect().await?;
                     let batch = concat_batches(&input_schema, &batches)?;
                     let assigned = table.spec.sessions(&batch, &table.session_keys, gap)?;
-                    let all: Vec<usize> = (0..batch.num_columns()).collect();
-                    Ok(assigned.apply(&batch, &all, &table.schema)?)
+                    Ok(assigned.apply(&batch, &table.schema)?)
                 };
                 let stream = futures::stream::once(all);
                 Box::pin(RecordBatchStreamAdapter::new(schema, stream))
@@ -281,11 +280,7 @@ impl PartitionStream for WindowScan {
                 let stream = input.map(move |batch| {
                     let batch = batch?;
                     let times = table.spec.times(&batch)?;
-                    let all: Vec<usize> = (0..batch.num_columns()).collect();
-                    Ok(table
-                        .spec
-                        .assign(&times)
-                        .apply(&batch, &all, &table.schema)?)
+                    Ok(table.spec.assign(&times).apply(&batch, &table.schema)?)
                 });
                 Box::pin(RecordBatchStreamAdapter::new(schema, stream))
             }

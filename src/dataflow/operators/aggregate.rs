@@ -641,7 +641,7 @@ impl Aggregate {
         }
         self.emit_rows(&mut groups, &emitting, false, &mut out, cx)?;
         if gone || groups.len() > self.cache_limit {
-            groups.retain(|g| g.state.rows > 0 || self.is_global());
+            groups.retain(|g| self.alive(g));
             let (kept, highest) = self.evict(groups);
             if let Some(key) = highest {
                 self.horizon.lower_to(&key);
@@ -655,6 +655,11 @@ impl Aggregate {
         Ok(())
     }
 
+    /// A group lives while it has rows; the one group without GROUP BY always does.
+    fn alive(&self, group: &Group) -> bool {
+        group.state.rows > 0 || self.is_global()
+    }
+
     /// Settle a touched group: a group with no rows left is retracted and
     /// deleted; one held back until its window closes is written back;
     /// any other needs its new row (see [`Aggregate::emit_rows`]).
@@ -665,9 +670,8 @@ impl Aggregate {
         out: &mut Changes,
         cx: &mut Context<'_>,
     ) -> Result<Fate> {
-        let alive = group.state.rows > 0 || self.is_global();
         group.dirty = false;
-        if !alive {
+        if !self.alive(group) {
             out.retract.extend(group.emitted.take());
             cx.state.delete(Self::group_key(cx, &group.key));
             return Ok(Fate::Gone);

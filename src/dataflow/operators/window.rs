@@ -6,12 +6,12 @@
 //! and the row is recorded as a late event. Downstream, an aggregate may then
 //! forget a window as soon as the watermark passes its end.
 
+use std::sync::Arc;
+
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::array::{Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{take, take_record_batch};
 use datafusion::arrow::datatypes::Int64Type;
-use std::sync::Arc;
-
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
@@ -89,7 +89,7 @@ impl Operator for WindowAssign {
         if kept.rows.is_empty() {
             return Ok(());
         }
-        let rows = kept.apply(batch.rows(), &self.keep, &self.schema)?;
+        let rows = kept.apply(&batch.rows().project(&self.keep)?, &self.schema)?;
         let diffs = if kept.is_identity(batch.len()) {
             batch.diffs().clone()
         } else {
