@@ -505,6 +505,39 @@ async fn views_resume_after_sigkill_and_equal_a_recomputation() {
     );
 }
 
+/// A view's backfill is written without the WAL. What the view does after
+/// its CREATE returns goes through the WAL again, and touches a few of its
+/// groups only: if the backfill were not durable by then, a crash would keep
+/// the later epoch and lose the groups the backfill made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_is_durable_once_its_create_returns() {
+    const QUERY: &str = "SELECT k % 100 AS bucket, count(*) AS n FROM kv GROUP BY k % 100";
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE kv (k BIGINT PRIMARY KEY, v BIGINT);
+             INSERT INTO kv SELECT value, value * 2 FROM generate_series(1, 2000);
+             CREATE MATERIALIZED VIEW buckets AS {QUERY};
+             INSERT INTO kv VALUES (5001, 1);
+             FLUSH;"
+        ))
+        .await
+        .expect("setup");
+    drop(client);
+    server.kill();
+    server.restart();
+
+    let client = server.connect().await;
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(count(&client, "SELECT count(*) FROM buckets").await, 100);
+    assert_eq!(
+        rows(&client, "SELECT * FROM buckets").await,
+        rows(&client, QUERY).await,
+        "the view equals its query after recovery"
+    );
+}
+
 /// A keyless view of an append-only table stores its rows under changelog
 /// offsets; duplicates must survive as duplicates, and a restart in the
 /// middle of a backlog must neither lose nor repeat one.

@@ -12,6 +12,16 @@
 //! the same epoch. Epochs start every `barrier_interval` (the next one at
 //! once when an epoch takes longer), or at once when FLUSH asks.
 //!
+//! An epoch in which only views still being created changed anything is
+//! written without RocksDB's WAL: a backfill writes each of its bytes once
+//! to a memtable and once to a table file, not a third time to the log. A
+//! crash then takes such a view back to its last flushed epoch, a
+//! consistent one, since every family flushes at once (`atomic_flush`), and
+//! it reads its sources again from there. Before any epoch that does use
+//! the WAL, and before a CREATE returns, the memtables are flushed, so
+//! nothing logged ever builds on writes a crash could lose. The epoch
+//! number itself always goes through the WAL and never repeats.
+//!
 //! Watermarks travel in the log: a table's write ends with a chunk that
 //! carries the table's watermark after the write, so a view sees the rows of
 //! a write before the watermark they raise. A source with no records for
@@ -63,7 +73,8 @@ pub struct Settings {
 }
 
 enum Command {
-    Add(Box<Dataflow>, oneshot::Sender<Result<()>>),
+    /// Run a dataflow; `true` for a view being created, whose CREATE waits.
+    Add(Box<Dataflow>, bool, oneshot::Sender<Result<()>>),
     Drop(u64, oneshot::Sender<()>),
     Flush(oneshot::Sender<Result<()>>),
     /// Wait until one view has read everything its sources held when asked.
@@ -90,6 +101,8 @@ struct Input {
 
 struct Running {
     view: u64,
+    /// Its CREATE waits for the backfill.
+    creating: bool,
     inputs: Vec<Input>,
     tasks: Tasks,
     /// Next offset per (source index, partition), as of the last epoch.
@@ -140,9 +153,11 @@ impl Runtime {
         self.committed.clone()
     }
 
-    pub async fn add(&self, dataflow: Dataflow) -> Result<()> {
+    /// Run a view's dataflow; `creating` when its CREATE is running, which
+    /// lets the backfill skip the WAL until [`Runtime::catch_up`] answers.
+    pub async fn add(&self, dataflow: Dataflow, creating: bool) -> Result<()> {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Add(Box::new(dataflow), reply))?;
+        self.send(Command::Add(Box::new(dataflow), creating, reply))?;
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
@@ -199,6 +214,8 @@ struct Worker {
     epochs: watch::Sender<u64>,
     /// How long each view's changelog stays readable, and when it was last compacted.
     retention: HashMap<u64, (i64, i64)>,
+    /// Epochs were written without the WAL since the last flush.
+    unlogged: bool,
 }
 
 impl Worker {
@@ -220,6 +237,7 @@ impl Worker {
             tasks,
             epochs,
             retention: HashMap::new(),
+            unlogged: false,
         }
     }
 
@@ -249,6 +267,11 @@ impl Worker {
             }
             self.compact(&db);
             let answers = self.answer_waiters(&db);
+            if !self.creating() {
+                // Nothing is being created: a lone CREATE returns with its
+                // view durable.
+                self.flush_unlogged(&db);
+            }
             // Let go of the database before anyone hears back: whoever owns
             // the store must be the one that closes it.
             drop(db);
@@ -260,8 +283,8 @@ impl Worker {
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::Add(dataflow, reply) => {
-                let outcome = self.add(*dataflow);
+            Command::Add(dataflow, creating, reply) => {
+                let outcome = self.add(*dataflow, creating);
                 let _ = reply.send(outcome);
             }
             Command::Retain(view, micros) => {
@@ -308,7 +331,7 @@ impl Worker {
         }
     }
 
-    fn add(&mut self, dataflow: Dataflow) -> Result<()> {
+    fn add(&mut self, dataflow: Dataflow, creating: bool) -> Result<()> {
         let db = self.db.upgrade().ok_or(Error::ShuttingDown)?;
         let view = dataflow.view;
         let mut resume = Resume {
@@ -340,6 +363,7 @@ impl Worker {
         let tasks = task::spawn(dataflow, self.tasks.handle(), self.db.clone(), resume);
         self.running.push(Running {
             view,
+            creating,
             inputs,
             tasks,
             offsets,
@@ -397,16 +421,19 @@ impl Worker {
         drop(view);
         let mut states = Vec::new();
         let mut changed = false;
+        let mut logged = false;
         let mut late: Vec<LateEvent> = Vec::new();
         for running in self.running.iter_mut().filter(|r| r.failed.is_none()) {
             match collect(&mut running.tasks) {
                 Ok(outcome) => {
-                    changed |= outcome.records > 0;
+                    let mut touched = outcome.records > 0;
                     for mut state in outcome.states {
-                        changed |= !state.is_empty();
+                        touched |= !state.is_empty();
                         late.append(&mut state.late);
                         states.push(state);
                     }
+                    changed |= touched;
+                    logged |= touched && !running.creating;
                     running.offsets = outcome.offsets;
                 }
                 Err(reason) => {
@@ -433,21 +460,66 @@ impl Worker {
         if let Some(table) = &self.settings.late_events {
             record_late(db, table, &late, barrier, &mut batch)?;
         }
-        batch.put_cf(cf(db, CF_STATE), EPOCH_KEY, barrier.epoch.to_be_bytes());
-        // Views are derived from the log, which is already durable: after a
-        // crash they replay from the offsets of their last surviving epoch.
-        let mut options = WriteOptions::default();
-        options.set_sync(false);
-        db.write_opt(batch, &options)?;
+        // Late rows go to a table other views may read: never unlogged.
+        let logged = logged || !late.is_empty();
+        self.write_epoch(db, batch, barrier.epoch, logged)?;
         self.epoch = barrier.epoch;
         self.epochs.send_replace(barrier.epoch);
         self.report_progress(db);
         Ok(())
     }
 
+    /// Commit an epoch's batch; without the WAL unless it is `logged` (see
+    /// the module's documentation).
+    fn write_epoch(
+        &mut self,
+        db: &DB,
+        mut batch: WriteBatch,
+        epoch: u64,
+        logged: bool,
+    ) -> Result<()> {
+        // Views are derived from the log, which is already durable: after a
+        // crash they replay from the offsets of their last surviving epoch.
+        let mut options = WriteOptions::default();
+        options.set_sync(false);
+        // Should the flush fail, the epoch stays unlogged like the ones
+        // before it, so that a crash still leaves a consistent cut.
+        if !logged || !self.flush_unlogged(db) {
+            options.disable_wal(true);
+            db.write_opt(std::mem::take(&mut batch), &options)?;
+            self.unlogged = true;
+            options.disable_wal(false);
+        }
+        // The epoch's number goes through the WAL either way, alone when the
+        // rest of the epoch did not.
+        batch.put_cf(cf(db, CF_STATE), EPOCH_KEY, epoch.to_be_bytes());
+        Ok(db.write_opt(batch, &options)?)
+    }
+
+    /// Make the unlogged epochs durable; whether none is left.
+    fn flush_unlogged(&mut self, db: &DB) -> bool {
+        if !self.unlogged {
+            return true;
+        }
+        match crate::state::flush_memtables(db) {
+            Ok(()) => self.unlogged = false,
+            Err(e) => tracing::warn!(cause = %e, "flushing unlogged epochs failed; retried later"),
+        }
+        !self.unlogged
+    }
+
+    /// Whether some view's CREATE waits for its backfill.
+    fn creating(&self) -> bool {
+        self.running.iter().any(|r| r.creating)
+    }
+
     /// Fold each view's changes older than its retention into one run, every
     /// half retention; never past what a view reading it has yet to read.
     fn compact(&mut self, db: &DB) {
+        // A logged compaction must not fold in changes a crash could lose.
+        if self.unlogged {
+            return;
+        }
         let now = (self.settings.now)();
         let limits: HashMap<u64, u64> = self
             .retention
@@ -510,11 +582,19 @@ impl Worker {
     fn answer_waiters(&mut self, db: &DB) -> Vec<(oneshot::Sender<Result<()>>, Result<()>)> {
         let mut answers = Vec::new();
         for waiter in std::mem::take(&mut self.waiters) {
-            match self.satisfied(db, &waiter) {
-                Ok(false) => self.waiters.push(waiter),
-                Ok(true) => answers.push((waiter.reply, Ok(()))),
-                Err(e) => answers.push((waiter.reply, Err(e))),
+            let outcome = match self.satisfied(db, &waiter) {
+                Ok(false) => {
+                    self.waiters.push(waiter);
+                    continue;
+                }
+                Ok(true) => Ok(()),
+                Err(e) => Err(e),
+            };
+            // A CREATE that hears back is over: its view's epochs use the WAL.
+            for running in self.running.iter_mut() {
+                running.creating &= waiter.view != Some(running.view);
             }
+            answers.push((waiter.reply, outcome));
         }
         answers
     }

@@ -112,7 +112,7 @@ impl Engine {
             .collect();
         views.sort_by_key(|v| v.table.def.id);
         for view in views {
-            crate::sql::handlers::create_mv::start(self, &view).await?;
+            crate::sql::handlers::create_mv::start(self, &view, false).await?;
         }
         self.start_connectors();
         Ok(())

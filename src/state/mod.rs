@@ -33,6 +33,8 @@ pub const CF_CATALOG: &str = "catalog";
 pub const CF_ROWS: &str = "rows";
 pub const CF_LOG: &str = "log";
 pub const CF_STATE: &str = "state";
+/// Every column family, in the order they are opened.
+const FAMILIES: [&str; 4] = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE];
 
 /// The node's RocksDB instance.
 pub struct Store {
@@ -58,22 +60,24 @@ impl Store {
         // all families share one budget, and index and filter blocks live in
         // the block cache instead of growing with every file.
         options.set_db_write_buffer_size(MEMTABLE_BUDGET);
+        // A view's backfill writes without the WAL (see the dataflow
+        // runtime); flushing every family together makes what a crash
+        // leaves of those writes one consistent cut.
+        options.set_atomic_flush(true);
         let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE);
-        let families = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE]
-            .into_iter()
-            .map(|name| {
-                let mut options = family_options(&cache);
-                if name == CF_ROWS {
-                    options.set_merge_operator_associative("weir_add_counts", add_counts);
-                }
-                if name == CF_LOG {
-                    // Every view's backfill reads the log from the start, so
-                    // decompressing it would be paid again by each one.
-                    options.set_compression_type(rocksdb::DBCompressionType::None);
-                    options.set_compression_per_level(&[]);
-                }
-                ColumnFamilyDescriptor::new(name, options)
-            });
+        let families = FAMILIES.into_iter().map(|name| {
+            let mut options = family_options(&cache);
+            if name == CF_ROWS {
+                options.set_merge_operator_associative("weir_add_counts", add_counts);
+            }
+            if name == CF_LOG {
+                // Every view's backfill reads the log from the start, so
+                // decompressing it would be paid again by each one.
+                options.set_compression_type(rocksdb::DBCompressionType::None);
+                options.set_compression_per_level(&[]);
+            }
+            ColumnFamilyDescriptor::new(name, options)
+        });
         let db = DB::open_cf_descriptors(&options, path, families)?;
         Ok(Store { db: Arc::new(db) })
     }
@@ -95,7 +99,7 @@ impl Store {
     /// objects) are gone from disk and no backlog is left for later writes
     /// to set off. Blocks until RocksDB is done.
     pub fn compact(&self) {
-        for name in [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE] {
+        for name in FAMILIES {
             self.db
                 .compact_range_cf(cf(&self.db, name), None::<&[u8]>, None::<&[u8]>);
         }
@@ -163,6 +167,15 @@ fn family_options(cache: &rocksdb::Cache) -> Options {
 pub fn cf<'a>(db: &'a DB, name: &str) -> &'a ColumnFamily {
     db.cf_handle(name)
         .expect("column families are created when the store opens")
+}
+
+/// Write every family's memtable to disk, all at once, and wait: writes
+/// made without the WAL are durable afterwards.
+pub fn flush_memtables(db: &DB) -> Result<()> {
+    let families: Vec<&ColumnFamily> = FAMILIES.iter().map(|name| cf(db, name)).collect();
+    let mut options = rocksdb::FlushOptions::default();
+    options.set_wait(true);
+    Ok(db.flush_cfs_opt(&families, &options)?)
 }
 
 /// A u64 counter (big-endian) kept under `key` in the state family.

@@ -50,7 +50,7 @@ pub async fn create(
         engine: engine.clone(),
         view: Some(view.clone()),
     };
-    start(engine, &view).await?;
+    start(engine, &view, true).await?;
     backfill(engine, session, &view).await?;
     guard.view = None;
     Ok(Output::command(TAG))
@@ -200,12 +200,13 @@ async fn backfill(engine: &Arc<Engine>, session: &Session, view: &Arc<View>) -> 
     }
 }
 
-/// Build a view's dataflow and hand it to the runtime (at creation and at every start).
-pub async fn start(engine: &Arc<Engine>, view: &Arc<View>) -> Result<()> {
+/// Build a view's dataflow and hand it to the runtime (at creation, when
+/// `creating`, and at every start).
+pub async fn start(engine: &Arc<Engine>, view: &Arc<View>, creating: bool) -> Result<()> {
     let query = crate::sql::parser::parse_query(&view.def.query)?;
     let plan = plan_query(engine, &query).await?;
     let dataflow = build(engine, view.table.clone(), &plan, view.def.emit)?;
-    engine.runtime.add(dataflow).await?;
+    engine.runtime.add(dataflow, creating).await?;
     let id = view.def.table.id;
     let subscribed = engine
         .catalog
