@@ -505,6 +505,45 @@ async fn views_resume_after_sigkill_and_equal_a_recomputation() {
     );
 }
 
+/// Result columns carry PostgreSQL's names, over both protocols, and a
+/// name may repeat, as in PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn result_columns_are_named_as_postgres_names_them() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE kv (k BIGINT PRIMARY KEY, v BIGINT);
+             INSERT INTO kv SELECT value, value FROM generate_series(1, 3);",
+        )
+        .await
+        .expect("an INSERT may select one column twice");
+    let sql = "SELECT count(*), sum(v), k, k, 1, v::text, '1'::int, k AS x, 2 AS x \
+               FROM kv GROUP BY k, v ORDER BY k LIMIT 1";
+    let expected = ["count", "sum", "k", "k", "?column?", "v", "int4", "x", "x"];
+    let extended = client.query(sql, &[]).await.expect("extended");
+    let names: Vec<&str> = extended[0].columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, expected);
+    let simple = client.simple_query(sql).await.expect("simple");
+    let Some(row) = simple.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+        _ => None,
+    }) else {
+        panic!("no row");
+    };
+    let names: Vec<&str> = row.columns().iter().map(|c| c.name()).collect();
+    assert_eq!(names, expected);
+    assert_eq!(row.get(0), Some("1"));
+    assert_eq!(row.get(3), Some("1"));
+
+    let sorted = common::text_rows(
+        &client,
+        "SELECT DISTINCT upper(v::text) FROM kv ORDER BY upper(v::text) DESC",
+    )
+    .await;
+    assert_eq!(sorted, ["3", "2", "1"]);
+}
+
 /// A view's backfill is written without the WAL. What the view does after
 /// its CREATE returns goes through the WAL again, and touches a few of its
 /// groups only: if the backfill were not durable by then, a crash would keep

@@ -1,5 +1,6 @@
 //! Plans: parsing our dialect, planning through DataFusion, one handler per statement.
 
+pub mod colnames;
 pub mod functions;
 pub mod handlers;
 pub mod keyaccess;

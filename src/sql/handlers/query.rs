@@ -19,20 +19,24 @@ use sqlparser::ast;
 use crate::catalog::Table;
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output};
+use crate::sql::colnames::Names;
 use crate::sql::write;
 
-/// A statement's DataFusion plan, against a state that reads one snapshot.
+/// A statement's DataFusion plan, against a state that reads one snapshot,
+/// and the names its result columns take (see [`crate::sql::colnames`]).
 pub async fn plan(
     engine: &Arc<Engine>,
     ast: &ast::Statement,
-) -> Result<(SessionState, LogicalPlan)> {
+) -> Result<(SessionState, LogicalPlan, Names)> {
     let mut state = engine.state();
     state.config_mut().set_extension(engine.store.read_view());
+    let mut ast = ast.clone();
+    let names = crate::sql::colnames::rewrite(&mut ast);
     let plan = state
-        .statement_to_plan(DfStatement::Statement(Box::new(ast.clone())))
+        .statement_to_plan(DfStatement::Statement(Box::new(ast)))
         .await?;
     let plan = crate::sql::window::session_keys(plan)?;
-    Ok((state, plan))
+    Ok((state, plan, names))
 }
 
 pub async fn run(
@@ -43,7 +47,7 @@ pub async fn run(
     if let Some(insert) = super::insert::recognise(engine, ast) {
         return insert.run(engine, params).await;
     }
-    let (state, mut plan) = plan(engine, ast).await?;
+    let (state, mut plan, names) = plan(engine, ast).await?;
     if let Some(params) = params {
         plan = plan.replace_params_with_values(params)?;
     }
@@ -63,7 +67,7 @@ pub async fn run(
             first_words(ast)
         ))),
         _ => {
-            let schema: SchemaRef = Arc::new(plan.schema().as_arrow().clone());
+            let schema = names.apply(Arc::new(plan.schema().as_arrow().clone()));
             let batches = DataFrame::new(state, plan).collect().await?;
             Ok(Output::Rows {
                 schema,
@@ -91,13 +95,13 @@ pub async fn describe(
     if let Some(insert) = super::insert::recognise(engine, ast) {
         return Ok((insert.parameter_types(), None));
     }
-    let (_, plan) = plan(engine, ast).await?;
+    let (_, plan, names) = plan(engine, ast).await?;
     let schema = match &plan {
         LogicalPlan::Dml(_)
         | LogicalPlan::Ddl(_)
         | LogicalPlan::Statement(_)
         | LogicalPlan::Copy(_) => None,
-        other => Some(Arc::new(other.schema().as_arrow().clone())),
+        other => Some(names.apply(Arc::new(other.schema().as_arrow().clone()))),
     };
     Ok((parameter_types(&plan)?, schema))
 }
