@@ -46,6 +46,9 @@ pub struct EpochState {
     pub late: Vec<LateEvent>,
     /// Pending writes of this epoch to the state family: `None` deletes.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Pending additions to counts in the state family, merged by RocksDB
+    /// so that adding reads nothing; never a key that `writes` holds.
+    adds: BTreeMap<Vec<u8>, i64>,
     /// Pending writes to view contents in the rows family.
     rows: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Pending additions to multiset view rows (merged by summing counts).
@@ -71,6 +74,7 @@ impl EpochState {
             now: 0,
             late: Vec::new(),
             writes: BTreeMap::new(),
+            adds: BTreeMap::new(),
             rows: BTreeMap::new(),
             added: Vec::new(),
             log: Vec::new(),
@@ -82,6 +86,7 @@ impl EpochState {
     /// Whether the epoch changed anything.
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
+            && self.adds.is_empty()
             && self.rows.is_empty()
             && self.added.is_empty()
             && self.log.is_empty()
@@ -141,17 +146,37 @@ impl EpochState {
         if let Some(pending) = self.writes.get(key) {
             return Ok(pending.clone());
         }
-        Ok(self.db.get_cf(cf(&self.db, CF_STATE), key)?)
+        let stored = self.db.get_cf(cf(&self.db, CF_STATE), key)?;
+        match self.adds.get(key) {
+            Some(delta) => added(stored.as_deref(), *delta),
+            None => Ok(stored),
+        }
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.count(key.len() + value.len());
+        self.adds.remove(&key);
         self.writes.insert(key, Some(value));
     }
 
     pub fn delete(&mut self, key: Vec<u8>) {
         self.count(key.len());
+        self.adds.remove(&key);
         self.writes.insert(key, None);
+    }
+
+    /// Add `delta` to the count (see [`read_count`]) kept under `key`
+    /// without reading it; RocksDB sums the additions when the key is read
+    /// or compacted. Only counts may be kept under such a key. A pending
+    /// count that comes to zero reads as no entry.
+    pub fn add_count(&mut self, key: Vec<u8>, delta: i64) -> Result<()> {
+        self.count(key.len() + 8);
+        if let Some(pending) = self.writes.get_mut(&key) {
+            *pending = added(pending.as_deref(), delta)?;
+            return Ok(());
+        }
+        *self.adds.entry(key).or_insert(0) += delta;
+        Ok(())
     }
 
     /// Write state at the end of the epoch from what an operator keeps in
@@ -181,6 +206,16 @@ impl EpochState {
         upper: &[u8],
         last: bool,
     ) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        let range = (Bound::Included(lower), Bound::Excluded(upper));
+        if self.adds.range::<[u8], _>(range).next().is_some() {
+            // Rare enough to answer from a whole scan of the range.
+            let mut all = self.scan(lower, upper)?;
+            return Ok(if last {
+                all.pop()
+            } else {
+                all.into_iter().next()
+            });
+        }
         // Bounds keep the iterator from walking through deleted state
         // outside the range (a dropped view leaves tombstones behind).
         let mut options = rocksdb::ReadOptions::default();
@@ -256,6 +291,15 @@ impl EpochState {
                 None => merged.remove(key),
             };
         }
+        let adds = self
+            .adds
+            .range::<[u8], _>((Bound::Included(lower), Bound::Excluded(upper)));
+        for (key, delta) in adds {
+            match added(merged.get(key).map(Vec::as_slice), *delta)? {
+                Some(count) => merged.insert(key.clone(), count),
+                None => merged.remove(key),
+            };
+        }
         Ok(merged.into_iter().collect())
     }
 
@@ -270,8 +314,11 @@ impl EpochState {
                 }
             }
         }
-        let last = std::mem::take(&mut self.last);
         let state = cf(&self.db, CF_STATE);
+        for (key, delta) in std::mem::take(&mut self.adds) {
+            batch.merge_cf(state, key, delta.to_le_bytes());
+        }
+        let last = std::mem::take(&mut self.last);
         for (start, key_end, value_end) in last.entries {
             let key = &last.bytes[start..key_end];
             match value_end {
@@ -290,10 +337,82 @@ impl EpochState {
     }
 }
 
+/// A stored count (or none) with `delta` added; none when it comes to zero.
+fn added(stored: Option<&[u8]>, delta: i64) -> Result<Option<Vec<u8>>> {
+    let count = stored.map_or(Ok(0), read_count)? + delta;
+    Ok((count != 0).then(|| count.to_le_bytes().to_vec()))
+}
+
 fn step(iter: &mut rocksdb::DBRawIterator<'_>, backwards: bool) {
     if backwards {
         iter.prev();
     } else {
         iter.next();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Store;
+
+    fn commit(store: &Store, mut state: EpochState) {
+        let mut batch = WriteBatch::default();
+        state.drain_into(&mut batch);
+        store.db().write(batch).expect("commit");
+    }
+
+    fn count_of(state: &EpochState, key: &[u8]) -> Option<i64> {
+        let value = state.get(key).expect("get")?;
+        Some(read_count(&value).expect("a count"))
+    }
+
+    #[test]
+    fn added_counts_read_summed_before_and_after_they_commit() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut state = EpochState::new(store.db().clone());
+        state.add_count(b"k1".to_vec(), 1).expect("add");
+        state.add_count(b"k1".to_vec(), 2).expect("add");
+        state.put(b"k2".to_vec(), 5i64.to_le_bytes().to_vec());
+        state.add_count(b"k2".to_vec(), 1).expect("add");
+        assert_eq!(count_of(&state, b"k1"), Some(3));
+        assert_eq!(count_of(&state, b"k2"), Some(6));
+        commit(&store, state);
+
+        let mut state = EpochState::new(store.db().clone());
+        assert_eq!(count_of(&state, b"k1"), Some(3), "merged by RocksDB");
+        state.add_count(b"k1".to_vec(), 4).expect("add");
+        state.add_count(b"k3".to_vec(), 1).expect("add");
+        let scanned: Vec<(Vec<u8>, i64)> = state
+            .scan(b"k", b"l")
+            .expect("scan")
+            .into_iter()
+            .map(|(k, v)| (k, read_count(&v).expect("a count")))
+            .collect();
+        let expected = [
+            (b"k1".to_vec(), 7),
+            (b"k2".to_vec(), 6),
+            (b"k3".to_vec(), 1),
+        ];
+        assert_eq!(scanned, expected);
+        let last = state.first_in(b"k", b"l", true).expect("first_in");
+        assert_eq!(last.map(|(k, _)| k), Some(b"k3".to_vec()));
+        state.add_count(b"k3".to_vec(), -1).expect("add");
+        assert_eq!(count_of(&state, b"k3"), None, "a count of zero is no entry");
+        commit(&store, state);
+
+        let mut state = EpochState::new(store.db().clone());
+        assert_eq!(count_of(&state, b"k1"), Some(7));
+        state.add_count(b"k1".to_vec(), 1).expect("add");
+        state.delete(b"k1".to_vec());
+        assert_eq!(
+            count_of(&state, b"k1"),
+            None,
+            "a delete drops a pending addition"
+        );
+        commit(&store, state);
+        let state = EpochState::new(store.db().clone());
+        assert_eq!(count_of(&state, b"k1"), None);
     }
 }

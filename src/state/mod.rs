@@ -70,6 +70,9 @@ impl Store {
             if name == CF_ROWS {
                 options.set_merge_operator_associative("weir_add_counts", add_counts);
             }
+            if name == CF_STATE {
+                options.set_merge_operator_associative("weir_add_i64", add_i64);
+            }
             if name == CF_LOG {
                 // Every view's backfill reads the log from the start, so
                 // decompressing it would be paid again by each one.
@@ -125,6 +128,20 @@ fn add_counts(
         count += rows::decode_counted(value).ok()?.0;
     }
     Some(rows::encode_counted(count, row))
+}
+
+/// Operators add to counts in state (an `i64`, little-endian) without
+/// reading them first (`EpochState::add_count`); the additions sum.
+fn add_i64(
+    _key: &[u8],
+    existing: Option<&[u8]>,
+    operands: &rocksdb::MergeOperands,
+) -> Option<Vec<u8>> {
+    let mut total: i64 = 0;
+    for value in existing.into_iter().chain(operands) {
+        total = total.checked_add(i64::from_le_bytes(value.try_into().ok()?))?;
+    }
+    Some(total.to_le_bytes().to_vec())
 }
 
 /// Memory for all memtables together.

@@ -33,7 +33,8 @@
 //! - chunks: `c` ++ `l` or `r` ++ sequence (u64 BE) -> records of key
 //!   length (u32 LE), key, row length (u32 LE), row, diff (i64 LE)
 //! - entries: `l` or `r` ++ key length (u32 BE) ++ key (row format) ++ row
-//!   (row format) -> multiplicity (i64 LE)
+//!   (row format) -> multiplicity (i64 LE); an arriving row adds to it as a
+//!   merge, unread, and a zero left by additions and removals is no row
 //! - bounded joins: `e` ++ expiry time (i64, order-preserving) ++ the key
 //!   of the row's entry above (without the prefix) -> empty
 
@@ -361,6 +362,10 @@ impl Join {
             return Ok(());
         }
         let state_key = [Self::prefix(cx, side, key).as_slice(), row].concat();
+        if diff > 0 {
+            // Most rows are new: adding to their count reads nothing.
+            return cx.state.add_count(state_key, diff);
+        }
         let held = match cx.state.get(&state_key)? {
             Some(bytes) => read_count(&bytes)?,
             None => 0,
@@ -417,11 +422,15 @@ impl Join {
     /// The rows the other side holds under `key`, with their multiplicities.
     fn matches(&self, cx: &Context<'_>, other: usize, key: &[u8]) -> Result<Vec<(Vec<u8>, i64)>> {
         let prefix = Self::prefix(cx, other, key);
-        cx.state
-            .scan(&prefix, &prefix_end(&prefix))?
-            .into_iter()
-            .map(|(k, v)| Ok((k[prefix.len()..].to_vec(), read_count(&v)?)))
-            .collect()
+        let mut held = Vec::new();
+        for (k, v) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
+            // Additions and removals that summed to nothing leave a zero.
+            match read_count(&v)? {
+                0 => {}
+                count => held.push((k[prefix.len()..].to_vec(), count)),
+            }
+        }
+        Ok(held)
     }
 
     /// Rows `mine` of the arriving batch.
