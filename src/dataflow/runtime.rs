@@ -587,8 +587,7 @@ impl Worker {
                     self.waiters.push(waiter);
                     continue;
                 }
-                Ok(true) => Ok(()),
-                Err(e) => Err(e),
+                outcome => outcome.map(drop),
             };
             // A CREATE that hears back is over: its view's epochs use the WAL.
             for running in self.running.iter_mut() {
