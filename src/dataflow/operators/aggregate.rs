@@ -26,6 +26,13 @@
 //! deleted, which keeps state bounded on an endless stream. Rows for a window
 //! that is already final never arrive: the window operator drops them.
 //!
+//! The cache files windowed groups by closing time, so a watermark visits
+//! the closing groups alone. A group that opens and closes within one epoch
+//! never reaches state: nothing is written for it, and nothing deleted.
+//! State is read at a close only for groups the horizon (below) leaves out
+//! of memory, and never below the floor, the bound of the last close: state
+//! holds nothing under it.
+//!
 //! # Reads the cache saves
 //! A group missing from the cache is read from state, unless the operator
 //! knows state cannot hold it: every stored group with a key above a
@@ -60,6 +67,10 @@ use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::{Error, Result};
 use crate::state::keys::prefix_end;
+
+mod groups;
+
+use groups::{Group, Groups, Horizon};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggKind {
@@ -148,6 +159,11 @@ impl GroupState {
 
     fn encode(&self, emitted: Option<&[u8]>) -> Vec<u8> {
         let mut out = Vec::with_capacity(8 + self.slots.len() * 32);
+        self.encode_into(emitted, &mut out);
+        out
+    }
+
+    fn encode_into(&self, emitted: Option<&[u8]>, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.rows.to_le_bytes());
         for slot in &self.slots {
             out.extend_from_slice(&slot.count.to_le_bytes());
@@ -166,7 +182,6 @@ impl GroupState {
         if let Some(row) = emitted {
             out.extend_from_slice(row);
         }
-        out
     }
 
     /// The state and the last emitted row, if any.
@@ -200,46 +215,6 @@ impl GroupState {
 /// smallest keys is dropped.
 pub const CACHE_GROUPS: usize = 100_000;
 
-/// A group in memory, with the row it last emitted.
-struct Group {
-    key: Vec<u8>,
-    state: GroupState,
-    emitted: Option<Vec<u8>>,
-    /// Touched since it was last written back.
-    dirty: bool,
-}
-
-/// Which stored groups the cache is known to hold.
-#[derive(Debug, Clone, PartialEq)]
-enum Horizon {
-    /// Not known yet: found from state at the first miss.
-    Unknown,
-    /// Every stored group is in the cache.
-    All,
-    /// Every stored group with a key above this one is in the cache.
-    Above(Vec<u8>),
-}
-
-impl Horizon {
-    /// Whether a group missing from the cache cannot be in state either.
-    fn rules_out(&self, group: &[u8]) -> bool {
-        match self {
-            Horizon::Unknown => false,
-            Horizon::All => true,
-            Horizon::Above(key) => group > key.as_slice(),
-        }
-    }
-
-    /// Groups up to `key` left the cache.
-    fn lower_to(&mut self, key: &[u8]) {
-        match self {
-            Horizon::Unknown => {}
-            Horizon::Above(held) if held.as_slice() >= key => {}
-            _ => *self = Horizon::Above(key.to_vec()),
-        }
-    }
-}
-
 type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Where a windowed group's closing time comes from: a group column holding
@@ -270,17 +245,13 @@ pub struct Aggregate {
     /// `schema` with every column nullable, for the batches it emits.
     nullable_schema: SchemaRef,
     output: RowConverter,
-    /// Groups in memory, and where each one is.
-    groups_cache: Vec<Group>,
-    /// Slots of the groups touched since the last flush, so that a flush
-    /// visits them alone and an idle view's barriers cost nothing.
-    dirty: Vec<usize>,
+    /// Groups in memory.
+    groups_cache: Groups,
     /// Which stored groups are known to be in the cache.
     horizon: Horizon,
-    index: FastMap<Vec<u8>, usize>,
-    /// The smallest key in the cache, for windowed groups: nothing in the
-    /// cache closes before it.
-    earliest: Option<Vec<u8>>,
+    /// State holds no group with a key below this one: every window
+    /// before it has closed and been deleted.
+    floor: Vec<u8>,
     /// Most groups kept in memory.
     cache_limit: usize,
     /// Pending multiset changes: (aggregate, group key, value) -> weight.
@@ -338,11 +309,9 @@ impl Aggregate {
             nullable_schema: crate::catalog::nullable(&schema),
             schema,
             output,
-            groups_cache: Vec::new(),
-            dirty: Vec::new(),
+            groups_cache: Groups::default(),
             horizon: Horizon::Unknown,
-            index: FastMap::default(),
-            earliest: None,
+            floor: Vec::new(),
             cache_limit: CACHE_GROUPS,
             multiset: FastMap::default(),
         })
@@ -402,43 +371,55 @@ impl Aggregate {
     }
 
     /// Touch a group: its place in the cache, loaded from state if missing.
-    fn slot(&mut self, group: &[u8], cx: &Context<'_>) -> Result<usize> {
-        if let Some(slot) = self.index.get(group) {
-            let cached = &mut self.groups_cache[*slot];
-            if !cached.dirty {
-                cached.dirty = true;
-                self.dirty.push(*slot);
-            }
-            return Ok(*slot);
+    fn slot(&mut self, group: &[u8], cx: &Context<'_>) -> Result<u32> {
+        let hash = self.groups_cache.hash(group);
+        if let Some(at) = self.groups_cache.touch(group, hash) {
+            return Ok(at);
         }
-        let aggs = self.aggs.len();
         let stored = if self.surely_new(group, cx)? {
             None
         } else {
             cx.state.get(&Self::group_key(cx, group))?
         };
+        let was_stored = stored.is_some();
         let (state, emitted) = match stored {
-            Some(bytes) => GroupState::decode(&bytes, aggs)?,
-            None => (GroupState::new(aggs), None),
+            Some(bytes) => GroupState::decode(&bytes, self.aggs.len())?,
+            None => (GroupState::new(self.aggs.len()), None),
         };
-        self.groups_cache.push(Group {
+        let group = Group {
             key: group.to_vec(),
             state,
             emitted,
             dirty: true,
-        });
-        if self.window.is_some() && self.earliest.as_deref().is_none_or(|e| group < e) {
-            self.earliest = Some(group.to_vec());
-        }
-        let slot = self.groups_cache.len() - 1;
-        self.index.insert(group.to_vec(), slot);
-        self.dirty.push(slot);
-        Ok(slot)
+            stored: was_stored,
+            close: self.close_of(group),
+        };
+        let windowed = self.window.is_some();
+        Ok(self.groups_cache.insert(group, hash, windowed))
     }
 
-    /// Whether a group missing from the cache is missing from state too;
-    /// the first miss finds the horizon from the last stored group.
+    /// A windowed group's closing time, which its key leads with (in row
+    /// format: a validity byte, then the value big-endian with its sign
+    /// bit flipped); 0 for groups without windows.
+    fn close_of(&self, key: &[u8]) -> i64 {
+        match (self.window, key.get(1..9)) {
+            (Some(_), Some(bytes)) => {
+                let mut raw: [u8; 8] = bytes.try_into().expect("eight bytes");
+                raw[0] ^= 0x80;
+                i64::from_be_bytes(raw)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether a group missing from the cache is missing from state too.
     fn surely_new(&mut self, group: &[u8], cx: &Context<'_>) -> Result<bool> {
+        Ok(self.horizon(cx)?.rules_out(group))
+    }
+
+    /// Which stored groups the cache holds; the first call finds it from
+    /// the last stored group.
+    fn horizon(&mut self, cx: &Context<'_>) -> Result<&Horizon> {
         if self.horizon == Horizon::Unknown {
             let lower = cx.key(b"g");
             self.horizon = match cx.state.first_in(&lower, &prefix_end(&lower), true)? {
@@ -446,31 +427,7 @@ impl Aggregate {
                 Some((key, _)) => Horizon::Above(key[lower.len()..].to_vec()),
             };
         }
-        Ok(self.horizon.rules_out(group))
-    }
-
-    /// Replace the cache, reindexing it.
-    fn set_cache(&mut self, groups: Vec<Group>) {
-        self.index = groups
-            .iter()
-            .enumerate()
-            .map(|(i, g)| (g.key.clone(), i))
-            .collect();
-        self.dirty = (0..groups.len()).filter(|i| groups[*i].dirty).collect();
-        self.earliest = groups.iter().map(|g| &g.key).min().cloned();
-        self.groups_cache = groups;
-    }
-
-    /// Past the limit, drop the written-back half of the cache with the
-    /// smallest keys: for windows, the oldest, which new rows reach least.
-    fn evict(&self, mut groups: Vec<Group>) -> (Vec<Group>, Option<Vec<u8>>) {
-        if groups.len() <= self.cache_limit {
-            return (groups, None);
-        }
-        groups.sort_unstable_by(|a, b| a.key.cmp(&b.key));
-        let kept = groups.split_off(groups.len() - self.cache_limit / 2);
-        let highest = groups.pop().map(|g| g.key);
-        (kept, highest)
+        Ok(&self.horizon)
     }
 
     fn evaluate_args(&self, batch: &ChangeBatch) -> Result<Vec<Option<ArrayRef>>> {
@@ -532,16 +489,16 @@ impl Operator for Aggregate {
             .map(|((arg, spec), values)| Input::prepare(spec, arg.as_ref(), values.as_ref()))
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs().values();
-        let mut slots: Vec<usize> = Vec::with_capacity(n);
+        let mut slots: Vec<u32> = Vec::with_capacity(n);
         for row in 0..n {
             let key: &[u8] = keys.as_ref().map_or(&[], |rows| rows.row(row).data());
             let slot = self.slot(key, cx)?;
-            self.groups_cache[slot].state.rows += diffs[row];
+            self.groups_cache.get_mut(slot).state.rows += diffs[row];
             slots.push(slot);
         }
         // One aggregate at a time over the whole batch: the match on the
         // input's kind is decided once, not once a row.
-        let mut values: FastMap<(usize, usize, &[u8]), i64> = FastMap::default();
+        let mut values: FastMap<(usize, u32, &[u8]), i64> = FastMap::default();
         for (a, input) in inputs.iter().enumerate() {
             input.apply(a, &slots, diffs, &mut self.groups_cache);
             let Input::Values { valid, rows } = input else {
@@ -554,11 +511,11 @@ impl Operator for Aggregate {
                 }
                 let value = rows.row(row).data();
                 if spec.append_only && spec.kind != AggKind::CountDistinct {
-                    let extreme = &mut self.groups_cache[*slot].state.slots[a].extreme;
+                    let extreme = &mut self.groups_cache.get_mut(*slot).state.slots[a].extreme;
                     keep_extreme(extreme, value, spec.kind);
                 } else {
                     if spec.kind != AggKind::CountDistinct {
-                        let held = &mut self.groups_cache[*slot].state.slots[a];
+                        let held = &mut self.groups_cache.get_mut(*slot).state.slots[a];
                         track_extreme(held, value, diffs[row], spec.kind);
                     }
                     *values.entry((a, *slot, value)).or_insert(0) += diffs[row];
@@ -570,13 +527,13 @@ impl Operator for Aggregate {
             self.accumulate(&batch, &slots)?;
         }
         for ((a, slot, value), delta) in values {
-            let group = self.groups_cache[slot].key.clone();
+            let group = self.groups_cache.get(slot).key.clone();
             *self.multiset.entry((a, group, value.to_vec())).or_insert(0) += delta;
         }
         // An epoch that touches more groups than the cache holds writes
         // them back now, so memory stays bounded however many groups change.
         if self.groups_cache.len() > self.cache_limit {
-            self.flush(cx)?;
+            self.flush(cx, false)?;
         }
         Ok(())
     }
@@ -586,11 +543,11 @@ impl Operator for Aggregate {
         _barrier: crate::dataflow::change::Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        if self.is_global() && !self.index.contains_key(&[][..]) {
+        if self.is_global() && !self.groups_cache.contains(&[]) {
             // The single group of a global aggregate exists from the start.
             self.slot(&[], cx)?;
         }
-        self.flush(cx)
+        self.flush(cx, true)
     }
 
     fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
@@ -621,34 +578,44 @@ enum Fate {
 
 impl Aggregate {
     /// Write every touched group back and emit how its row changed (held
-    /// back until its window closes under `EMIT ON WINDOW CLOSE`).
-    fn flush(&mut self, cx: &mut Context<'_>) -> Result<()> {
+    /// back until its window closes under `EMIT ON WINDOW CLOSE`). At the
+    /// barrier the writes skip the ordered map reads go through: nothing
+    /// reads them before the epoch commits.
+    fn flush(&mut self, cx: &mut Context<'_>, at_barrier: bool) -> Result<()> {
         self.apply_multisets(cx)?;
-        let dirty = std::mem::take(&mut self.dirty);
-        if dirty.is_empty() {
+        if !self.groups_cache.has_dirty() {
             return Ok(());
         }
         let mut groups = std::mem::take(&mut self.groups_cache);
+        let flushed = self.flush_groups(&mut groups, at_barrier, cx);
+        self.groups_cache = groups;
+        flushed
+    }
+
+    fn flush_groups(
+        &mut self,
+        groups: &mut Groups,
+        last: bool,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
         let mut out = Changes::default();
-        let mut emitting = Vec::with_capacity(dirty.len());
-        let mut gone = false;
-        for slot in dirty {
-            match self.settle(&mut groups[slot], false, &mut out, cx)? {
-                Fate::Gone => gone = true,
+        let mut emitting = Vec::new();
+        for at in groups.take_dirty() {
+            // A place may be listed twice, or hold a group that closed.
+            if !groups.find(at).is_some_and(|g| g.dirty) {
+                continue;
+            }
+            match self.settle(groups.get_mut(at), false, last, &mut out, cx)? {
+                Fate::Gone => drop(groups.remove(at)),
                 Fate::Kept => {}
-                Fate::Emit => emitting.push(slot),
+                Fate::Emit => emitting.push(at as usize),
             }
         }
-        self.emit_rows(&mut groups, &emitting, false, &mut out, cx)?;
-        if gone || groups.len() > self.cache_limit {
-            groups.retain(|g| self.alive(g));
-            let (kept, highest) = self.evict(groups);
-            if let Some(key) = highest {
-                self.horizon.lower_to(&key);
-            }
-            self.set_cache(kept);
-        } else {
-            self.groups_cache = groups;
+        self.emit_rows(groups, &emitting, false, last, &mut out, cx)?;
+        if groups.len() > self.cache_limit
+            && let Some(key) = groups.evict(self.cache_limit / 2, self.window.is_some())
+        {
+            self.horizon.lower_to(&key);
         }
         let batch = self.changes(out)?;
         cx.emit(batch);
@@ -667,18 +634,19 @@ impl Aggregate {
         &self,
         group: &mut Group,
         closed: bool,
+        last: bool,
         out: &mut Changes,
         cx: &mut Context<'_>,
     ) -> Result<Fate> {
         group.dirty = false;
         if !self.alive(group) {
             out.retract.extend(group.emitted.take());
-            cx.state.delete(Self::group_key(cx, &group.key));
+            write_group(cx, group, None, last);
             return Ok(Fate::Gone);
         }
         if self.on_close && !closed {
-            let key = Self::group_key(cx, &group.key);
-            cx.state.put(key, group.state.encode(None));
+            let value = group.state.encode(None);
+            write_group(cx, group, Some(&value), last);
             return Ok(Fate::Kept);
         }
         self.resolve_extremes(group, cx)?;
@@ -690,34 +658,39 @@ impl Aggregate {
     /// `closed` has its state deleted instead.
     fn emit_rows(
         &self,
-        groups: &mut [Group],
+        groups: &mut impl Held,
         which: &[usize],
         closed: bool,
+        last: bool,
         out: &mut Changes,
         cx: &mut Context<'_>,
     ) -> Result<()> {
         if which.is_empty() {
             return Ok(());
         }
-        let settled = which
-            .iter()
-            .map(|i| (groups[*i].key.as_slice(), &groups[*i].state));
+        let held = &*groups;
+        let settled = which.iter().map(|i| {
+            let group = held.group(*i);
+            (group.key.as_slice(), &group.state)
+        });
         let columns = self.output_columns(settled)?;
         let rows = self.output.convert_columns(&columns)?;
         let mut changed: Vec<u32> = Vec::new();
-        for (i, slot) in which.iter().enumerate() {
-            let group = &mut groups[*slot];
+        let mut value = Vec::new();
+        for (i, at) in which.iter().enumerate() {
+            let group = groups.group_mut(*at);
             let new_row = rows.row(i).data();
             if group.emitted.as_deref() != Some(new_row) {
                 out.retract.extend(group.emitted.take());
                 changed.push(i as u32);
             }
-            let key = Self::group_key(cx, &group.key);
             if closed {
-                cx.state.delete(key);
+                write_group(cx, group, None, last);
                 self.forget_values(&group.key, cx)?;
             } else {
-                cx.state.put(key, group.state.encode(Some(new_row)));
+                value.clear();
+                group.state.encode_into(Some(new_row), &mut value);
+                write_group(cx, group, Some(&value), last);
                 group.emitted = Some(new_row.to_vec());
             }
         }
@@ -728,42 +701,65 @@ impl Aggregate {
         Ok(())
     }
 
-    /// Settle the groups whose window the watermark has reached: first the
-    /// ones in memory, then the rest from state.
+    /// Settle the groups whose window the watermark has reached: those in
+    /// state alone, then the ones in memory.
     fn close_windows(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
         self.apply_multisets(cx)?;
-        let bound = Self::close_bound(watermark)?;
         let mut out = Changes::default();
-        if self
-            .earliest
-            .as_deref()
-            .is_some_and(|e| e < bound.as_slice())
-        {
-            let (mut closing, open): (Vec<Group>, Vec<Group>) =
-                std::mem::take(&mut self.groups_cache)
-                    .into_iter()
-                    .partition(|g| g.key.as_slice() < bound.as_slice());
-            self.set_cache(open);
+        self.close_stored(watermark, &mut out, cx)?;
+        if self.groups_cache.closes_by(watermark) {
+            let mut closing = self.groups_cache.take_closing(watermark);
             let mut emitting = Vec::new();
+            // Closed keys fall below the floor, which no later scan of
+            // state goes under, so their deletes need not be readable.
             for (i, group) in closing.iter_mut().enumerate() {
                 if group.dirty || self.on_close {
-                    if self.settle(group, true, &mut out, cx)? == Fate::Emit {
+                    if self.settle(group, true, true, &mut out, cx)? == Fate::Emit {
                         emitting.push(i);
                     }
                 } else {
-                    cx.state.delete(Self::group_key(cx, &group.key));
+                    write_group(cx, group, None, true);
                     self.forget_values(&group.key, cx)?;
                 }
             }
-            self.emit_rows(&mut closing, &emitting, true, &mut out, cx)?;
+            self.emit_rows(&mut closing, &emitting, true, true, &mut out, cx)?;
         }
-        // What is left closing is in state alone: the cached groups' deletes
-        // above hide them from this scan.
-        let lower = cx.key(b"g");
-        let upper = cx.key(&[b"g".as_slice(), &bound].concat());
+        let batch = self.changes(out)?;
+        cx.emit(batch);
+        Ok(())
+    }
+
+    /// Settle the groups that close by `watermark` and are in state but not
+    /// in memory. Only groups the horizon leaves out of memory can be, and
+    /// none below the floor, so most calls read nothing.
+    fn close_stored(
+        &mut self,
+        watermark: i64,
+        out: &mut Changes,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let bound = Self::close_bound(watermark)?;
+        let upper = match self.horizon(cx)? {
+            Horizon::Above(highest) if bound.as_slice() > highest.as_slice() => {
+                [highest.as_slice(), &[0]].concat()
+            }
+            Horizon::Above(_) => bound.clone(),
+            Horizon::All | Horizon::Unknown => Vec::new(),
+        };
+        let raised = bound.max(self.floor.clone());
+        let from = std::mem::replace(&mut self.floor, raised);
+        if upper <= from {
+            return Ok(());
+        }
+        let prefix = cx.key(b"g");
+        let lower = [prefix.as_slice(), &from].concat();
+        let upper = [prefix.as_slice(), &upper].concat();
         let mut stored = Vec::new();
         for (key, value) in cx.state.scan(&lower, &upper)? {
-            let group = key[lower.len()..].to_vec();
+            let group = key[prefix.len()..].to_vec();
+            if self.groups_cache.contains(&group) {
+                continue;
+            }
             if !self.on_close {
                 cx.state.delete(key);
                 self.forget_values(&group, cx)?;
@@ -771,30 +767,29 @@ impl Aggregate {
             }
             let (state, _) = GroupState::decode(&value, self.aggs.len())?;
             let mut closing = Group {
+                close: self.close_of(&group),
                 key: group,
                 state,
                 emitted: None,
                 dirty: false,
+                stored: true,
             };
             self.resolve_extremes(&mut closing, cx)?;
             stored.push(closing);
         }
         let all: Vec<usize> = (0..stored.len()).collect();
-        self.emit_rows(&mut stored, &all, true, &mut out, cx)?;
-        let batch = self.changes(out)?;
-        cx.emit(batch);
-        Ok(())
+        self.emit_rows(&mut stored, &all, true, false, out, cx)
     }
 
     /// Feed each group's rows of a batch to its accumulators, and keep
     /// their state.
-    fn accumulate(&mut self, batch: &ChangeBatch, slots: &[usize]) -> Result<()> {
+    fn accumulate(&mut self, batch: &ChangeBatch, slots: &[u32]) -> Result<()> {
         if batch.diffs().values().iter().any(|d| *d != 1) {
             return Err(Error::NotSupported(
                 "an aggregate kept by its accumulator needs an append-only input, and this one retracted rows".into(),
             ));
         }
-        let mut rows_of: FastMap<usize, Vec<u32>> = FastMap::default();
+        let mut rows_of: FastMap<u32, Vec<u32>> = FastMap::default();
         for (row, slot) in slots.iter().enumerate() {
             rows_of.entry(*slot).or_default().push(row as u32);
         }
@@ -805,11 +800,13 @@ impl Aggregate {
             let args = evaluate_all(&aggregate.expressions(), batch.rows())?;
             for (slot, rows) in &rows_of {
                 let taken = take_arrays(&args, &UInt32Array::from(rows.clone()), None)?;
-                let held = self.groups_cache[*slot].state.slots[a].extreme.take();
+                let held = self.groups_cache.get_mut(*slot).state.slots[a]
+                    .extreme
+                    .take();
                 let mut accumulator = self.restore(a, &aggregate, held.as_deref())?;
                 accumulator.update_batch(&taken)?;
                 let state = self.save(a, accumulator.as_mut())?;
-                self.groups_cache[*slot].state.slots[a].extreme = Some(state);
+                self.groups_cache.get_mut(*slot).state.slots[a].extreme = Some(state);
             }
         }
         Ok(())
@@ -892,7 +889,7 @@ impl Aggregate {
                 let change = i64::from(new > 0) - i64::from(old > 0);
                 if change != 0 {
                     let slot = self.slot(&group, cx)?;
-                    self.groups_cache[slot].state.slots[agg].count += change;
+                    self.groups_cache.get_mut(slot).state.slots[agg].count += change;
                 }
             }
         }
@@ -1085,21 +1082,21 @@ impl Input {
 
     /// Fold the batch into the groups' slots for aggregate `a`; `slots`
     /// gives each row's group.
-    fn apply(&self, a: usize, slots: &[usize], diffs: &[i64], groups: &mut [Group]) {
+    fn apply(&self, a: usize, slots: &[u32], diffs: &[i64], groups: &mut Groups) {
         let rows = slots.iter().zip(diffs).enumerate();
         match self {
             Input::None | Input::Values { .. } => {}
             Input::Valid(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        groups[*slot].state.slots[a].count += diff;
+                        groups.get_mut(*slot).state.slots[a].count += diff;
                     }
                 }
             }
             Input::Extremes { array, max } => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups[*slot].state.slots[a];
+                        let slot = &mut groups.get_mut(*slot).state.slots[a];
                         let value = i128::from(array.value(row));
                         let better = slot.count == 0
                             || (*max && value > slot.int_sum)
@@ -1114,7 +1111,7 @@ impl Input {
             Input::Ints(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups[*slot].state.slots[a];
+                        let slot = &mut groups.get_mut(*slot).state.slots[a];
                         slot.count += diff;
                         slot.int_sum += i128::from(array.value(row)) * i128::from(*diff);
                     }
@@ -1123,7 +1120,7 @@ impl Input {
             Input::Decimals(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups[*slot].state.slots[a];
+                        let slot = &mut groups.get_mut(*slot).state.slots[a];
                         slot.count += diff;
                         slot.int_sum += array.value(row) * i128::from(*diff);
                     }
@@ -1132,13 +1129,59 @@ impl Input {
             Input::Floats(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups[*slot].state.slots[a];
+                        let slot = &mut groups.get_mut(*slot).state.slots[a];
                         slot.count += diff;
                         slot.float_sum += array.value(row) * *diff as f64;
                     }
                 }
             }
         }
+    }
+}
+
+/// Write a group back (`None` deletes it); `last` writes past the
+/// ordered map, for writes nothing reads before the epoch commits. A group
+/// that never reached state needs no delete.
+fn write_group(cx: &mut Context<'_>, group: &mut Group, value: Option<&[u8]>, last: bool) {
+    if value.is_none() && !group.stored {
+        return;
+    }
+    if last {
+        cx.state.write_last(&[cx.prefix, b"g", &group.key], value);
+    } else {
+        let key = [cx.prefix, b"g", &group.key].concat();
+        match value {
+            Some(value) => cx.state.put(key, value.to_vec()),
+            None => cx.state.delete(key),
+        }
+    }
+    group.stored = value.is_some();
+}
+
+/// Groups that rows are built for: those in memory by their place, or
+/// closing ones taken out of it.
+trait Held {
+    fn group(&self, at: usize) -> &Group;
+    fn group_mut(&mut self, at: usize) -> &mut Group;
+}
+
+impl Held for Groups {
+    fn group(&self, at: usize) -> &Group {
+        self.get(at as u32)
+    }
+
+    fn group_mut(&mut self, at: usize) -> &mut Group {
+        self.get_mut(at as u32)
+    }
+}
+
+impl Held for Vec<Group> {
+    fn group(&self, at: usize) -> &Group {
+        &self[at]
+    }
+
+    fn group_mut(&mut self, at: usize) -> &mut Group {
+        &mut self[at]
     }
 }
 
@@ -1363,11 +1406,9 @@ mod tests {
         store.state_entries(b"test")
     }
 
-    #[test]
-    fn windowed_state_is_deleted_once_the_watermark_passes_the_window() {
-        use datafusion::arrow::array::{StringArray, TimestampMicrosecondArray};
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open(dir.path()).expect("store");
+    /// max(v) per (k, window_end) over `(k, window_end, v)` input, and that
+    /// input's schema.
+    fn max_per_window(on_close: bool) -> (Aggregate, SchemaRef) {
         let time = crate::dataflow::window::timestamp_type();
         let input = Arc::new(Schema::new(vec![
             Field::new("k", DataType::Utf8, true),
@@ -1387,58 +1428,117 @@ mod tests {
             arg_type: DataType::Int64,
             accumulator: None,
         };
-        let mut op = Aggregate::new(
+        let window = WindowClose {
+            column: 1,
+            offset: 0,
+        };
+        let op = Aggregate::new(
             vec![column(0), column(1)],
             vec![DataType::Utf8, time],
             vec![max],
             output,
         )
         .expect("aggregate")
-        .with_window(
-            WindowClose {
-                column: 1,
-                offset: 0,
-            },
-            true,
-        )
+        .with_window(window, on_close)
         .expect("window");
+        (op, input)
+    }
+
+    /// `n` rows of window `window` (ending at `window * 10`), over 10 keys.
+    fn window_rows(input: &SchemaRef, window: i64, n: i64) -> ChangeBatch {
+        use datafusion::arrow::array::{StringArray, TimestampMicrosecondArray};
+        let keys: Vec<String> = (0..n).map(|i| format!("k{}", i % 10)).collect();
+        let rows = RecordBatch::try_new(
+            input.clone(),
+            vec![
+                Arc::new(StringArray::from(keys)),
+                Arc::new(TimestampMicrosecondArray::from(vec![
+                    window * 10;
+                    n as usize
+                ])),
+                Arc::new(Int64Array::from_iter_values(0..n)),
+            ],
+        )
+        .expect("batch");
+        ChangeBatch::inserts(rows)
+    }
+
+    /// One epoch: changes, then a watermark, then the barrier; returns what
+    /// the operator emitted and whether the epoch wrote any state.
+    fn window_epoch(
+        op: &mut Aggregate,
+        store: &Store,
+        inputs: Vec<ChangeBatch>,
+        watermark: i64,
+    ) -> (Vec<String>, bool) {
+        let mut state = EpochState::new(store.db().clone());
+        let prefix = b"test".to_vec();
+        let mut cx = Context::new(&mut state, &prefix);
+        for input in inputs {
+            op.on_changes(0, input, &mut cx).expect("changes");
+        }
+        op.on_watermark(Watermark { micros: watermark }, &mut cx)
+            .expect("watermark");
+        op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
+            .expect("barrier");
+        let out = render(&cx.take_output());
+        let wrote = !state.is_empty();
+        let mut batch = rocksdb::WriteBatch::default();
+        state.drain_into(&mut batch);
+        store.db().write(batch).expect("commit");
+        (out, wrote)
+    }
+
+    #[test]
+    fn windowed_state_is_deleted_once_the_watermark_passes_the_window() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let (mut op, input) = max_per_window(true);
         let mut most = 0;
         let mut emitted = 0;
         // An endless stream: 200 windows of 10 keys, 5 rows a key each.
         for window in 1..=200i64 {
-            let keys: Vec<String> = (0..50).map(|i| format!("k{}", i % 10)).collect();
-            let rows = RecordBatch::try_new(
-                input.clone(),
-                vec![
-                    Arc::new(StringArray::from(keys)),
-                    Arc::new(TimestampMicrosecondArray::from(vec![window * 10; 50])),
-                    Arc::new(Int64Array::from_iter_values(0..50)),
-                ],
-            )
-            .expect("batch");
-            let mut state = EpochState::new(store.db().clone());
-            let prefix = b"test".to_vec();
-            let mut cx = Context::new(&mut state, &prefix);
-            op.on_changes(0, ChangeBatch::inserts(rows), &mut cx)
-                .expect("changes");
-            op.on_watermark(
-                Watermark {
-                    micros: window * 10 - 10,
-                },
-                &mut cx,
-            )
-            .expect("watermark");
-            op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
-                .expect("barrier");
-            emitted += cx.take_output().iter().map(ChangeBatch::len).sum::<usize>();
-            let mut batch = rocksdb::WriteBatch::default();
-            state.drain_into(&mut batch);
-            store.db().write(batch).expect("commit");
+            let rows = window_rows(&input, window, 50);
+            let (out, _) = window_epoch(&mut op, &store, vec![rows], window * 10 - 10);
+            emitted += out.len();
             most = most.max(state_entries(&store));
         }
         // One open window at a time: 10 groups and their 50 distinct values.
         assert!(most <= 60, "state grew to {most} entries");
         // Every window but the last, still open, was emitted once a key.
         assert_eq!(emitted, 199 * 10);
+    }
+
+    #[test]
+    fn a_window_that_opens_and_closes_within_an_epoch_writes_no_state() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let (mut op, input) = max_per_window(false);
+        // Over append-only input max keeps no multiset either.
+        op.aggs[0].append_only = true;
+        let rows = window_rows(&input, 1, 20);
+        let (out, wrote) = window_epoch(&mut op, &store, vec![rows.clone(), rows], 10);
+        assert_eq!(out.len(), 10, "{out:?}");
+        assert!(!wrote, "the epoch wrote state for groups it closed");
+    }
+
+    #[test]
+    fn windows_close_alike_whether_their_groups_stayed_in_memory_or_not() {
+        let run = |limit: usize| {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = Store::open(dir.path()).expect("store");
+            let (mut op, input) = max_per_window(true);
+            op.cache_limit = limit;
+            let mut out = Vec::new();
+            // Three windows open at once; each epoch closes the oldest.
+            for window in 1..=8i64 {
+                let rows = (window..window + 3)
+                    .map(|w| window_rows(&input, w, 20))
+                    .collect();
+                out.push(window_epoch(&mut op, &store, rows, window * 10).0);
+            }
+            out
+        };
+        assert_eq!(run(4), run(CACHE_GROUPS));
     }
 }
