@@ -38,6 +38,33 @@ struct LastWrites {
     entries: Vec<(usize, usize, Option<usize>)>,
 }
 
+impl LastWrites {
+    /// Add a write whose key is `parts` joined; returns the bytes it took.
+    fn push(&mut self, parts: &[&[u8]], value: Option<&[u8]>) -> usize {
+        let start = self.bytes.len();
+        for part in parts {
+            self.bytes.extend_from_slice(part);
+        }
+        let key_end = self.bytes.len();
+        if let Some(value) = value {
+            self.bytes.extend_from_slice(value);
+        }
+        let end = value.map(|_| self.bytes.len());
+        self.entries.push((start, key_end, end));
+        self.bytes.len() - start
+    }
+
+    fn drain_into(self, batch: &mut WriteBatch, family: &rocksdb::ColumnFamily) {
+        for (start, key_end, value_end) in self.entries {
+            let key = &self.bytes[start..key_end];
+            match value_end {
+                Some(end) => batch.put_cf(family, key, &self.bytes[key_end..end]),
+                None => batch.delete_cf(family, key),
+            }
+        }
+    }
+}
+
 pub struct EpochState {
     db: Arc<DB>,
     /// Processing time of the epoch, microseconds since the Unix epoch.
@@ -57,6 +84,9 @@ pub struct EpochState {
     log: Vec<(Vec<u8>, Vec<u8>)>,
     /// State writes made as the epoch ends, applied after `writes`.
     last: LastWrites,
+    /// View rows written once in the epoch by a view that reads none back,
+    /// applied after `rows`.
+    rows_last: LastWrites,
     /// Bytes written so far, roughly: keys and values, overwrites counted
     /// again; shared by every task of a dataflow, which sizes its epochs by it.
     bytes: Arc<AtomicUsize>,
@@ -79,6 +109,7 @@ impl EpochState {
             added: Vec::new(),
             log: Vec::new(),
             last: LastWrites::default(),
+            rows_last: LastWrites::default(),
             bytes,
         }
     }
@@ -91,6 +122,7 @@ impl EpochState {
             && self.added.is_empty()
             && self.log.is_empty()
             && self.last.entries.is_empty()
+            && self.rows_last.entries.is_empty()
             && self.late.is_empty()
     }
 
@@ -184,19 +216,16 @@ impl EpochState {
     /// the ordered map reads go through, and it lands after the epoch's
     /// other writes. The key is `parts` joined; `None` deletes.
     pub fn write_last(&mut self, parts: &[&[u8]], value: Option<&[u8]>) {
-        let bytes = &mut self.last.bytes;
-        let start = bytes.len();
-        for part in parts {
-            bytes.extend_from_slice(part);
-        }
-        let key_end = bytes.len();
-        if let Some(value) = value {
-            bytes.extend_from_slice(value);
-        }
-        self.last
-            .entries
-            .push((start, key_end, value.map(|_| bytes.len())));
-        self.count(self.last.bytes.len() - start);
+        let added = self.last.push(parts, value);
+        self.count(added);
+    }
+
+    /// Write a view row as [`EpochState::write_last`] writes state: for a
+    /// view that never reads its own rows back within an epoch; later
+    /// writes of a key win.
+    pub fn write_row_last(&mut self, parts: &[&[u8]], value: Option<&[u8]>) {
+        let added = self.rows_last.push(parts, value);
+        self.count(added);
     }
 
     /// The first (or last) live entry with a key in `[lower, upper)`.
@@ -318,15 +347,9 @@ impl EpochState {
         for (key, delta) in std::mem::take(&mut self.adds) {
             batch.merge_cf(state, key, delta.to_le_bytes());
         }
-        let last = std::mem::take(&mut self.last);
-        for (start, key_end, value_end) in last.entries {
-            let key = &last.bytes[start..key_end];
-            match value_end {
-                Some(end) => batch.put_cf(state, key, &last.bytes[key_end..end]),
-                None => batch.delete_cf(state, key),
-            }
-        }
+        std::mem::take(&mut self.last).drain_into(batch, state);
         let rows = cf(&self.db, CF_ROWS);
+        std::mem::take(&mut self.rows_last).drain_into(batch, rows);
         for (key, value) in std::mem::take(&mut self.added) {
             batch.merge_cf(rows, key, value);
         }

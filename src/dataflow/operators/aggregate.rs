@@ -393,6 +393,7 @@ impl Aggregate {
             dirty: true,
             stored: was_stored,
             close: self.close_of(group),
+            hash,
         };
         let windowed = self.window.is_some();
         Ok(self.groups_cache.insert(group, hash, windowed))
@@ -773,6 +774,7 @@ impl Aggregate {
                 emitted: None,
                 dirty: false,
                 stored: true,
+                hash: 0,
             };
             self.resolve_extremes(&mut closing, cx)?;
             stored.push(closing);
@@ -931,6 +933,10 @@ impl Aggregate {
         }
         for (a, spec) in self.aggs.iter().enumerate() {
             let target = self.schema.field(columns.len()).data_type();
+            if let Some(counts) = Self::counts(a, spec, target, groups.clone()) {
+                columns.push(counts);
+                continue;
+            }
             let values = groups
                 .clone()
                 .map(|(_, state)| cast_scalar(self.aggregate_value(a, spec, state)?, target))
@@ -947,6 +953,27 @@ impl Aggregate {
                 },
             )
             .collect()
+    }
+
+    /// A count's values as an array built directly, without a scalar a
+    /// group: counts are the commonest aggregate, and never NULL.
+    fn counts<'g>(
+        a: usize,
+        spec: &AggSpec,
+        target: &DataType,
+        groups: impl Iterator<Item = (&'g [u8], &'g GroupState)>,
+    ) -> Option<ArrayRef> {
+        if *target != DataType::Int64 {
+            return None;
+        }
+        let values: Int64Array = match spec.kind {
+            AggKind::CountStar => groups.map(|(_, state)| state.rows).collect(),
+            AggKind::Count | AggKind::CountDistinct => {
+                groups.map(|(_, state)| state.slots[a].count).collect()
+            }
+            _ => return None,
+        };
+        Some(Arc::new(values))
     }
 
     fn aggregate_value(&self, a: usize, spec: &AggSpec, state: &GroupState) -> Result<ScalarValue> {

@@ -108,15 +108,18 @@ impl Materialize {
             .codec
             .decode(changes.iter().map(|(r, _)| r.as_slice()))?;
         let keys = self.view.codec.encode_keys(&decoded)?;
+        // A keyed view never reads its rows back within the epoch, so they
+        // go past the ordered map, in order: a later write of a key wins.
+        let table = id.to_be_bytes();
         for (i, (_, diff)) in changes.iter().enumerate() {
             if *diff < 0 {
-                cx.state.delete_row(keys::row_key(id, keys.row(i).data()));
+                cx.state.write_row_last(&[&table, keys.row(i).data()], None);
             }
         }
         for (i, (row, diff)) in changes.iter().enumerate() {
             if *diff > 0 {
                 cx.state
-                    .put_row(keys::row_key(id, keys.row(i).data()), row.clone());
+                    .write_row_last(&[&table, keys.row(i).data()], Some(row));
             }
         }
         Ok(())

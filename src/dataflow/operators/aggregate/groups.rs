@@ -25,6 +25,8 @@ pub(super) struct Group {
     pub stored: bool,
     /// The window's end for windowed groups; 0 otherwise.
     pub close: i64,
+    /// The key's hash, kept so that taking the group out needs no second.
+    pub hash: u64,
 }
 
 /// Which stored groups the cache is known to hold.
@@ -104,6 +106,7 @@ impl Groups {
     /// Add a group, touched; `windowed` files it under its closing time.
     pub fn insert(&mut self, mut group: Group, hash: u64, windowed: bool) -> u32 {
         group.dirty = false;
+        group.hash = hash;
         let close = group.close;
         let at = match self.free.pop() {
             Some(at) => {
@@ -116,13 +119,11 @@ impl Groups {
             }
         };
         let slab = &self.slab;
-        let hasher = &self.hasher;
         self.index.insert_unique(hash, at, |at| {
-            let key = &slab[*at as usize]
+            slab[*at as usize]
                 .as_ref()
                 .expect("indexed groups exist")
-                .key;
-            hasher.hash_one(key.as_slice())
+                .hash
         });
         if windowed {
             self.by_close.entry(close).or_default().push(at);
@@ -157,8 +158,7 @@ impl Groups {
     /// Take a group out of memory.
     pub fn remove(&mut self, at: u32) -> Group {
         let group = self.slab[at as usize].take().expect("live position");
-        let hash = self.hasher.hash_one(group.key.as_slice());
-        if let Ok(entry) = self.index.find_entry(hash, |p| *p == at) {
+        if let Ok(entry) = self.index.find_entry(group.hash, |p| *p == at) {
             entry.remove();
         }
         self.free.push(at);
@@ -183,7 +183,7 @@ impl Groups {
             .is_some_and(|first| *first <= close)
     }
 
-    /// Take out every windowed group that closes by `close`, in key order.
+    /// Take out every windowed group that closes by `close`.
     pub fn take_closing(&mut self, close: i64) -> Vec<Group> {
         let later = self.by_close.split_off(&close.saturating_add(1));
         let closing = std::mem::replace(&mut self.by_close, later);
@@ -198,7 +198,6 @@ impl Groups {
                 }
             }
         }
-        out.sort_unstable_by(|a, b| a.key.cmp(&b.key));
         out
     }
 
@@ -265,6 +264,7 @@ mod tests {
             dirty: false,
             stored: false,
             close,
+            hash: 0,
         }
     }
 
