@@ -295,7 +295,8 @@ def report(results: dict, meta: dict) -> str:
                if any(results[q].get(e) for q in results)]
     out = [f"Nexmark, {events:,} events ({', '.join(f'{v:,} {k}s' for k, v in meta['generate']['rows'].items())}); "
            f"median of {meta['repeat']} runs. Load average before / after: "
-           f"{meta['load_before']} / {meta['load_after']}.", ""]
+           f"{meta['load_before']} / {meta['load_after']}. Queries on sources with Flink's "
+           f"watermark: {meta['watermarked']}.", ""]
     out.append("| query | engine | events/s | events per CPU-s | weir per CPU-s vs engine | peak memory (MiB) | rows | output checksum |")
     out.append("|---|---|---:|---:|---:|---:|---:|---|")
     for query, by_engine in results.items():
@@ -379,9 +380,10 @@ def main() -> None:
     ap.add_argument("--queries", default=",".join(ALL_QUERIES))
     ap.add_argument("--engines", default="weir,datafusion,duckdb,flink")
     ap.add_argument("--splits", type=int, default=2, help="generator splits (parallel generation)")
-    ap.add_argument("--watermarks", action="store_true",
-                    help="declare Flink's watermark (date_time - 4 s) on weir's sources: "
-                         "q4 and q7 become interval joins with bounded state")
+    ap.add_argument("--watermarks", default=",".join(Q.WATERMARKED),
+                    help="queries that weir runs on sources declaring Flink's watermark "
+                         "(date_time - 4 s), from a second copy of the events; 'none' for none. "
+                         "With it windows close; q4 and q7 become interval joins")
     ap.add_argument("--weir-bin", default=DEFAULT_WEIR_BIN)
     ap.add_argument("--flink-python", default=DEFAULT_FLINK_PYTHON)
     ap.add_argument("--flink-timeout", type=float, default=3600)
@@ -400,22 +402,32 @@ def main() -> None:
         engines.remove("flink")
     workdir = args.workdir or tempfile.mkdtemp(prefix="weir-nexmark-")
     os.makedirs(workdir, exist_ok=True)
-    data_dir = os.path.join(workdir, "weir-data")
-    shutil.rmtree(data_dir, ignore_errors=True)
-    weir = Weir(args.weir_bin, data_dir, os.path.join(workdir, "weir.log"))
+    watermarked = {q for q in args.watermarks.split(",") if q in wanted}
+    nodes = {False: Weir(args.weir_bin, os.path.join(workdir, "weir-data"), os.path.join(workdir, "weir.log"))}
+    if watermarked:
+        nodes[True] = Weir(args.weir_bin, os.path.join(workdir, "weir-data-wm"),
+                           os.path.join(workdir, "weir.log"))
+    for node in nodes.values():
+        shutil.rmtree(node.data_dir, ignore_errors=True)
+    weir = nodes[False]
     meta = {"events": args.events, "repeat": args.repeat, "load_before": os.getloadavg()[:3],
             "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
             "weir_bin": args.weir_bin}
-    weir.start()
+    meta["watermarked"] = ", ".join(sorted(watermarked)) or "none"
     try:
-        meta["generate"] = generate(weir, args.events, args.splits, args.watermarks)
-        export(weir, workdir)
-        weir.stop()
+        for with_watermarks, node in nodes.items():
+            node.start()
+            generated = generate(node, args.events, args.splits, with_watermarks)
+            meta.setdefault("generate", generated)
+            if not with_watermarks:
+                export(node, workdir)
+            node.stop()
         results: dict = {}
         for query in wanted:
-            results[query] = run_query(args, weir, query, engines, workdir)
+            results[query] = run_query(args, nodes[query in watermarked], query, engines, workdir)
     finally:
-        weir.stop()
+        for node in nodes.values():
+            node.stop()
     meta["load_after"] = os.getloadavg()[:3]
     meta["load_before"] = " ".join(f"{x:.2f}" for x in meta["load_before"])
     meta["load_after"] = " ".join(f"{x:.2f}" for x in meta["load_after"])
