@@ -294,8 +294,9 @@ impl<'a> Planner<'a> {
         }
         let left_node = self.node(&j.left)?;
         let right_node = self.node(&j.right)?;
-        let mut op =
-            Join::new(left, right, residual, arrow_schema(plan))?.outer(left_outer, right_outer);
+        let mut op = Join::new(left, right, residual, arrow_schema(plan))?
+            .outer(left_outer, right_outer)
+            .appending(self.is_append_only(&j.left), self.is_append_only(&j.right));
         if self.changes_while_open(&j.left)
             && self.changes_while_open(&j.right)
             && let Some(expiry) = crate::dataflow::join_bounds::expiry(self.catalog, j)

@@ -83,7 +83,19 @@ impl InMemory {
         }
     }
 
+    /// Whether the side is within what the join may keep in memory; a
+    /// packed side is measured in bytes when its input never retracts, and
+    /// otherwise in rows, since its first retraction would count them.
+    pub(super) fn fits(&self, budget: super::Budget, append_only: bool) -> bool {
+        match self {
+            InMemory::Appended(rows) if append_only => rows.bytes() <= budget.packed_bytes,
+            InMemory::Appended(rows) => rows.entries.len() <= budget.counted_rows,
+            InMemory::Counted(rows) => rows.rows <= budget.counted_rows,
+        }
+    }
+
     /// Rows held, counting a row held twice over as one row or two.
+    #[cfg(test)]
     pub(super) fn rows(&self) -> usize {
         match self {
             InMemory::Appended(rows) => rows.entries.len(),
@@ -111,9 +123,10 @@ impl InMemory {
 
     /// Write every row one entry each, as the state of a side not in
     /// memory, and delete the chunks.
-    pub(super) fn spill(mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
-        if let InMemory::Counted(rows) = self.counted_if(-1) {
-            rows.spill(state, prefix, tag);
+    pub(super) fn spill(self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
+        match self {
+            InMemory::Appended(mut rows) => rows.spill(state, prefix, tag),
+            InMemory::Counted(mut rows) => rows.spill(state, prefix, tag),
         }
     }
 
@@ -177,6 +190,13 @@ struct List {
 const LAST: u32 = u32::MAX;
 
 impl Appended {
+    /// Memory held, buffers counted by what they reserved.
+    fn bytes(&self) -> usize {
+        self.records.capacity()
+            + self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.keys.capacity() * std::mem::size_of::<List>()
+    }
+
     fn add(&mut self, key: &[u8], row: &[u8], diff: i64) {
         if let Some(chunks) = &mut self.chunks {
             chunks.pending_records += 1;
@@ -262,6 +282,37 @@ impl Appended {
             let chunk = self.records[self.logged..].to_vec();
             self.logged = self.records.len();
             chunks.store(state, prefix, tag, chunk);
+        }
+    }
+
+    /// Write every row one entry each, as a counted side spills, and delete
+    /// the chunks; a key at a time, so that no counted copy of the whole
+    /// side is ever built.
+    fn spill(&mut self, state: &mut EpochState, prefix: &[u8], tag: &[u8]) {
+        if let Some(chunks) = &mut self.chunks {
+            chunks.delete_stored(state, prefix, tag);
+        }
+        for list in self.keys.iter() {
+            let mut rows = KeyRows::default();
+            let mut key: &[u8] = &[];
+            let mut id = list.first;
+            while id != LAST {
+                let entry = self.entries[id as usize];
+                let mut rest = &self.records[entry.at..];
+                if let Some((held, row, diff)) = next_record(&mut rest) {
+                    key = held;
+                    match rows.get_mut(row) {
+                        Some(count) => *count += diff,
+                        None => rows.insert(row.to_vec(), diff),
+                    }
+                }
+                id = entry.next;
+            }
+            let len = (key.len() as u32).to_be_bytes();
+            for (row, count) in rows.iter().filter(|(_, c)| **c != 0) {
+                let value = count.to_le_bytes();
+                state.write_last(&[prefix, tag, &len, key, row], Some(&value));
+            }
         }
     }
 
