@@ -89,13 +89,11 @@ impl InMemory {
     pub(super) fn fits(&self, budget: super::Budget, append_only: bool) -> bool {
         match self {
             InMemory::Appended(rows) if append_only => rows.bytes() <= budget.packed_bytes,
-            InMemory::Appended(rows) => rows.entries.len() <= budget.counted_rows,
-            InMemory::Counted(rows) => rows.rows <= budget.counted_rows,
+            _ => self.rows() <= budget.counted_rows,
         }
     }
 
     /// Rows held, counting a row held twice over as one row or two.
-    #[cfg(test)]
     pub(super) fn rows(&self) -> usize {
         match self {
             InMemory::Appended(rows) => rows.entries.len(),
@@ -241,15 +239,19 @@ impl Appended {
         }
     }
 
-    fn each(&self, key: &[u8], mut f: impl FnMut(&[u8], i64)) {
+    fn each(&self, key: &[u8], f: impl FnMut(&[u8], i64)) {
         let hash = self.hasher.hash_one(key);
         let same = |list: &List| {
             list.hash == hash
                 && record_key(&self.records, self.entries[list.first as usize].at) == key
         };
-        let Some(list) = self.keys.find(hash, same) else {
-            return;
-        };
+        if let Some(list) = self.keys.find(hash, same) {
+            self.walk(list, f);
+        }
+    }
+
+    /// Call `f` with each row on a key's list and its diff.
+    fn walk(&self, list: &List, mut f: impl FnMut(&[u8], i64)) {
         let mut id = list.first;
         while id != LAST {
             let entry = self.entries[id as usize];
@@ -294,20 +296,11 @@ impl Appended {
         }
         for list in self.keys.iter() {
             let mut rows = KeyRows::default();
-            let mut key: &[u8] = &[];
-            let mut id = list.first;
-            while id != LAST {
-                let entry = self.entries[id as usize];
-                let mut rest = &self.records[entry.at..];
-                if let Some((held, row, diff)) = next_record(&mut rest) {
-                    key = held;
-                    match rows.get_mut(row) {
-                        Some(count) => *count += diff,
-                        None => rows.insert(row.to_vec(), diff),
-                    }
-                }
-                id = entry.next;
-            }
+            self.walk(list, |row, diff| match rows.get_mut(row) {
+                Some(count) => *count += diff,
+                None => rows.insert(row.to_vec(), diff),
+            });
+            let key = record_key(&self.records, self.entries[list.first as usize].at);
             let len = (key.len() as u32).to_be_bytes();
             for (row, count) in rows.iter().filter(|(_, c)| **c != 0) {
                 let value = count.to_le_bytes();
