@@ -82,6 +82,19 @@ impl Store {
             ColumnFamilyDescriptor::new(name, options)
         });
         let db = DB::open_cf_descriptors(&options, path, families)?;
+        // RocksDB rewrites each file at the bottom of the tree, at once, to
+        // zero its sequence numbers. While the tree is one level deep, that
+        // is every file a flush writes: a second copy of every bulk load's
+        // rows and of every changelog, for nothing a read needs. Log chunks
+        // are written once, and table rows mostly so. Operator state, which
+        // deletes what it no longer needs, keeps the rewrite that drops its
+        // tombstones. The option is mutable only, hence set on the open store.
+        for family in [CF_LOG, CF_ROWS] {
+            db.set_options_cf(
+                cf(&db, family),
+                &[("bottommost_file_compaction_delay", NEVER_SECONDS)],
+            )?;
+        }
         Ok(Store { db: Arc::new(db) })
     }
 
@@ -143,6 +156,9 @@ fn add_i64(
     }
     Some(total.to_le_bytes().to_vec())
 }
+
+/// The longest delay RocksDB takes (a `u32` of seconds): never, in practice.
+const NEVER_SECONDS: &str = "4294967295";
 
 /// Memory for all memtables together.
 const MEMTABLE_BUDGET: usize = 128 << 20;
