@@ -226,6 +226,7 @@ impl Object {
 /// The catalog of one node.
 pub struct Catalog {
     db: Arc<DB>,
+    unapplied: Arc<crate::state::commitlog::Unapplied>,
     inner: RwLock<Inner>,
 }
 
@@ -309,6 +310,7 @@ impl Catalog {
         }
         Ok(Catalog {
             db,
+            unapplied: store.unapplied().clone(),
             inner: RwLock::new(inner),
         })
     }
@@ -527,6 +529,8 @@ impl Catalog {
     /// Remove objects and their stored data in one atomic write.
     pub fn drop_objects(&self, objects: &[Object]) -> Result<()> {
         let mut inner = self.write();
+        // A write to a dropped table must not land after its data is gone.
+        self.unapplied.settle(&self.db)?;
         let mut batch = WriteBatch::default();
         for object in objects {
             batch.delete_cf(cf(&self.db, CF_CATALOG), keys::object_key(object.id()));

@@ -70,6 +70,9 @@ pub struct Settings {
     pub late_events: Option<Arc<crate::catalog::Table>>,
     /// Epochs wait while the disk is nearly full.
     pub disk: Option<crate::state::disk::DiskGuard>,
+    /// A table write acknowledged but not yet in RocksDB: applied before
+    /// the logs are read.
+    pub unapplied: Arc<crate::state::commitlog::Unapplied>,
 }
 
 enum Command {
@@ -261,6 +264,7 @@ impl Worker {
                 self.handle(command);
             }
             let Some(db) = self.db.upgrade() else { return };
+            self.settings.unapplied.settle_for_read(&db);
             next = Instant::now() + interval;
             if let Err(e) = self.epoch(&db) {
                 tracing::error!(cause = %e, "epoch failed");
@@ -374,6 +378,7 @@ impl Worker {
 
     /// Log ends of the table topics that feed the chosen dataflows.
     fn table_targets(&self, db: &DB, view: Option<u64>) -> Result<HashMap<(u64, u32), u64>> {
+        self.settings.unapplied.settle_for_read(db);
         let mut targets = HashMap::new();
         for running in self
             .running

@@ -65,7 +65,7 @@ impl Engine {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
         let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
-        let writer = Writer::start(store.db().clone(), Some(disk.clone()), config.fsync)?;
+        let writer = Writer::start(&store, Some(disk.clone()), config.fsync)?;
         let clock = Arc::new(Clock::new(config.manual_clock));
         let ctx = session_context(&catalog, &store, &writer, &clock)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
@@ -80,6 +80,7 @@ impl Engine {
             now: Arc::new(move || now_clock.now().timestamp_micros()),
             late_events: Some(late_events),
             disk: Some(disk),
+            unapplied: store.unapplied().clone(),
         };
         let runtime = Runtime::start(store.db().clone(), settings)?;
         let streams = super::streams::Streams::start()?;

@@ -13,6 +13,10 @@
 //! RocksDB then recovers a prefix of its writes, and the records here whose
 //! group sequence comes after that prefix are applied again, in order.
 //!
+//! A statement that commits on its own thread replies as soon as its record
+//! is synced and applies it to RocksDB afterwards, while the client reads
+//! the reply ([`Unapplied`]): whatever reads RocksDB applies it first.
+//!
 //! Before the ring wraps, RocksDB's log is synced, so every record the wrap
 //! overwrites is durable in RocksDB. Each record carries the lap it was
 //! written in and a checksum; reading stops at the first record of another
@@ -22,6 +26,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rocksdb::{DB, WriteBatch, WriteOptions};
 
@@ -68,8 +73,15 @@ impl CommitLog {
         })
     }
 
-    /// Make `batch`, the group with sequence `seq`, durable, then apply it.
-    pub fn commit(&mut self, db: &DB, seq: u64, batch: WriteBatch) -> Result<()> {
+    /// Make `batch`, the group with sequence `seq`, durable, then apply it,
+    /// or with `later` leave it there to be applied after the reply.
+    pub fn commit(
+        &mut self,
+        db: &DB,
+        seq: u64,
+        batch: WriteBatch,
+        later: Option<&Unapplied>,
+    ) -> Result<()> {
         let record_len = (HEADER + batch.data().len()) as u64;
         if batch.data().len() > MAX_RECORD || record_len > self.capacity {
             let mut options = WriteOptions::default();
@@ -84,9 +96,13 @@ impl CommitLog {
         }
         let at = self.next;
         let record = encode(self.lap, seq, batch.data());
-        let outcome = self
-            .write(at, &record)
-            .and_then(|()| write_unsynced(db, batch));
+        let outcome = self.write(at, &record).and_then(|()| match later {
+            Some(unapplied) => {
+                unapplied.park(batch);
+                Ok(())
+            }
+            None => write_unsynced(db, batch),
+        });
         match outcome {
             Ok(()) => self.next = at + record_len,
             // The group failed, so its record must never be applied again;
@@ -102,6 +118,67 @@ impl CommitLog {
         self.file.write_all_at(bytes, at)?;
         self.file.sync_data()?;
         Ok(())
+    }
+}
+
+/// The group last made durable in the ring whose write to RocksDB waits
+/// until its statement has replied: at most one, since the next commit
+/// applies it first. Readers of RocksDB apply it before they read, so a
+/// reply is never ahead of what anyone can see.
+#[derive(Default)]
+pub struct Unapplied {
+    waiting: AtomicBool,
+    batch: parking_lot::Mutex<Option<WriteBatch>>,
+    /// Why a parked group could not be applied: it stays in the ring, and
+    /// only a restart applies it, so nothing may commit after it.
+    failed: std::sync::OnceLock<String>,
+}
+
+impl std::fmt::Debug for Unapplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unapplied")
+            .field("waiting", &self.waiting.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Unapplied {
+    fn park(&self, batch: WriteBatch) {
+        *self.batch.lock() = Some(batch);
+        self.waiting.store(true, Ordering::Release);
+    }
+
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// Apply the parked group, if any.
+    pub fn settle(&self, db: &DB) -> Result<()> {
+        if self.waiting.load(Ordering::Acquire) {
+            let mut slot = self.batch.lock();
+            if let Some(batch) = slot.take()
+                && let Err(e) = write_unsynced(db, batch)
+            {
+                tracing::error!(cause = %e, "a committed group could not be applied");
+                let _ = self.failed.set(e.to_string());
+            }
+            // Only now: a reader that saw the group waiting must not read
+            // before it is applied.
+            self.waiting.store(false, Ordering::Release);
+        }
+        match self.failed.get() {
+            None => Ok(()),
+            Some(cause) => Err(Error::Io(std::io::Error::other(format!(
+                "a committed write could not be applied ({cause}); \
+                 restart the server to apply it from the commit log"
+            )))),
+        }
+    }
+
+    /// Apply the parked group before a read; a failure is reported to
+    /// writers, and readers go on with what the store holds.
+    pub fn settle_for_read(&self, db: &DB) {
+        let _ = self.settle(db);
     }
 }
 
@@ -260,7 +337,7 @@ mod tests {
         log.capacity = 256;
         for seq in 1..=20u64 {
             let key = format!("k{seq}");
-            log.commit(db, seq, batch(db, key.as_bytes()))
+            log.commit(db, seq, batch(db, key.as_bytes()), None)
                 .expect("commit");
         }
         assert!(log.lap > 1, "the ring wrapped");

@@ -39,6 +39,8 @@ const FAMILIES: [&str; 4] = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE];
 /// The node's RocksDB instance.
 pub struct Store {
     db: Arc<DB>,
+    /// A write acknowledged but not yet in RocksDB; reads apply it first.
+    unapplied: Arc<commitlog::Unapplied>,
 }
 
 impl std::fmt::Debug for Store {
@@ -95,11 +97,19 @@ impl Store {
                 &[("bottommost_file_compaction_delay", NEVER_SECONDS)],
             )?;
         }
-        Ok(Store { db: Arc::new(db) })
+        Ok(Store {
+            db: Arc::new(db),
+            unapplied: Arc::default(),
+        })
     }
 
     pub fn db(&self) -> &Arc<DB> {
         &self.db
+    }
+
+    /// The writer parks here the group it acknowledged before applying.
+    pub fn unapplied(&self) -> &Arc<commitlog::Unapplied> {
+        &self.unapplied
     }
 
     /// Entries of the state family under `prefix`, counted one by one.
@@ -123,7 +133,15 @@ impl Store {
 
     /// A consistent view of everything committed so far.
     pub fn read_view(&self) -> Arc<ReadView> {
+        self.unapplied.settle_for_read(&self.db);
         Arc::new(ReadView::new(self.db.clone(), |db| db.snapshot()))
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        // Else the next start applies it from the commit log.
+        self.unapplied.settle_for_read(&self.db);
     }
 }
 

@@ -25,9 +25,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, Stamp, chunk_len, decode_chunk, encode_chunk};
-use crate::state::commitlog::{self, CommitLog};
+use crate::state::commitlog::{self, CommitLog, Unapplied};
 use crate::state::disk::{DiskGuard, is_disk_full};
-use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
+use crate::state::{CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
 /// What a write is applied to.
 #[derive(Clone)]
@@ -154,6 +154,8 @@ struct Shared {
     disk: Option<DiskGuard>,
     /// Held while a group commits, so that one group commits at a time.
     committer: parking_lot::Mutex<Committer>,
+    /// An inline commit's group, synced and acknowledged, not yet applied.
+    unapplied: Arc<Unapplied>,
     sequence: watch::Sender<u64>,
     /// Requests sent to the writer thread that it has not taken yet; while
     /// there are any, nobody commits inline ahead of them.
@@ -184,6 +186,27 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Apply an inline group once its statement has replied. On a
+    /// connection thread the task runs when the connection turns to wait
+    /// for its client, so the reply does not wait for RocksDB.
+    fn apply_after_reply(self: &Arc<Self>) {
+        if !self.unapplied.is_waiting() {
+            return;
+        }
+        let shared = self.clone();
+        let apply = move || {
+            if let Some(db) = shared.db.upgrade() {
+                shared.unapplied.settle_for_read(&db);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => drop(handle.spawn(async move { apply() })),
+            Err(_) => apply(),
+        }
+    }
+}
+
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared").finish_non_exhaustive()
@@ -198,20 +221,22 @@ impl Writer {
     ///
     /// `sync` false acknowledges writes before they reach the disk: for
     /// measuring what fsync costs, never for data a power cut must not lose.
-    pub fn start(db: Arc<DB>, disk: Option<DiskGuard>, sync: bool) -> Result<Writer> {
+    pub fn start(store: &Store, disk: Option<DiskGuard>, sync: bool) -> Result<Writer> {
+        let db = store.db();
         let (tx, rx) = mpsc::channel(1024);
         // Opened even when writes are not synced: what a power cut took from
         // an earlier run that synced must come back either way.
-        let log = CommitLog::open(&db, read_sequence(&db)?)?;
+        let log = CommitLog::open(db, read_sequence(db)?)?;
         let log = sync.then_some(log);
-        let (sequence, committed) = watch::channel(read_sequence(&db)?);
+        let (sequence, committed) = watch::channel(read_sequence(db)?);
         let shared = Arc::new(Shared {
-            db: Arc::downgrade(&db),
+            db: Arc::downgrade(db),
             disk,
             committer: parking_lot::Mutex::new(Committer {
                 offsets: Offsets::default(),
                 log,
             }),
+            unapplied: store.unapplied().clone(),
             sequence,
             queued: AtomicUsize::new(0),
             contended_until: AtomicU64::new(0),
@@ -294,8 +319,9 @@ impl Writer {
             shared.mark_contended();
             return Some(request);
         };
-        shared.commit(&mut committer, vec![request]);
+        shared.commit(&mut committer, vec![request], true);
         drop(committer);
+        shared.apply_after_reply();
         if shared.queued.load(Ordering::Acquire) != 0 {
             shared.mark_contended();
         }
@@ -334,15 +360,16 @@ fn run(shared: &Shared, mut rx: mpsc::Receiver<WriteRequest>) {
             shared.mark_contended();
         }
         let mut committer = shared.committer.lock();
-        if !shared.commit(&mut committer, requests) {
+        if !shared.commit(&mut committer, requests, false) {
             break;
         }
     }
 }
 
 impl Shared {
-    /// Commit one group and answer each request; false once the store is gone.
-    fn commit(&self, committer: &mut Committer, requests: Vec<WriteRequest>) -> bool {
+    /// Commit one group and answer each request; false once the store is
+    /// gone. An `inline` group is applied to RocksDB after its reply.
+    fn commit(&self, committer: &mut Committer, requests: Vec<WriteRequest>, inline: bool) -> bool {
         let Some(db) = self.db.upgrade() else {
             for request in requests {
                 let _ = request.reply.send(Err(Error::ShuttingDown));
@@ -354,9 +381,14 @@ impl Shared {
             time: now_micros(),
             compacted: false,
         };
+        let later = inline.then_some(self.unapplied.as_ref());
         let replies = match self.disk.as_ref().map(DiskGuard::check) {
             Some(Err(full)) => refuse(requests, &full),
-            _ => commit_group(&db, committer, requests, stamp),
+            // Checks read the store: the group before must be in it.
+            _ => match self.unapplied.settle(&db) {
+                Err(e) => refuse(requests, &e),
+                Ok(()) => commit_group(&db, committer, requests, stamp, later),
+            },
         };
         if replies.iter().any(|(_, outcome)| outcome.is_ok()) {
             self.sequence.send_replace(stamp.epoch);
@@ -374,12 +406,19 @@ impl Shared {
 
 type Reply = (oneshot::Sender<Result<u64>>, Result<u64>);
 
-/// Every request of a group refused: the disk is nearly full.
+/// Every request of a group refused: the disk is nearly full, or the
+/// group before could not be applied.
 fn refuse(requests: Vec<WriteRequest>, error: &Error) -> Vec<Reply> {
     let message = error.to_string();
     requests
         .into_iter()
-        .map(|r| (r.reply, Err(Error::DiskFull(message.clone()))))
+        .map(|r| {
+            let failed = match error {
+                Error::DiskFull(_) => Error::DiskFull(message.clone()),
+                _ => Error::Io(std::io::Error::other(message.clone())),
+            };
+            (r.reply, Err(failed))
+        })
         .collect()
 }
 
@@ -396,6 +435,7 @@ fn commit_group(
     committer: &mut Committer,
     requests: Vec<WriteRequest>,
     stamp: Stamp,
+    later: Option<&Unapplied>,
 ) -> Vec<Reply> {
     let offsets = &mut committer.offsets;
     let mut group = Group {
@@ -431,7 +471,7 @@ fn commit_group(
             Err(e) => replies.push((request.reply, Err(e))),
         }
     }
-    if let Err(e) = group.commit(db, committer.log.as_mut()) {
+    if let Err(e) = group.commit(db, committer.log.as_mut(), later) {
         tracing::error!(cause = %e, "group commit failed");
         committer.offsets.forget();
         let full = is_disk_full(&e);
@@ -573,12 +613,20 @@ enum Op {
 
 impl Group {
     fn absorb(&mut self, staged: Staged, offsets: &mut Offsets, visible: bool) {
+        // A request writes one table: its highest new key is its bound.
+        let highest = staged
+            .rows
+            .iter()
+            .filter(|(_, value)| value.is_some())
+            .map(|(key, _)| key)
+            .max();
+        if let Some(key) = highest {
+            offsets.raise_end(key);
+        }
+        self.ops.reserve(staged.rows.len() + staged.log.len());
         for (key, value) in staged.rows {
             if visible {
                 self.overlay.insert(key.clone(), self.ops.len());
-            }
-            if value.is_some() {
-                offsets.raise_end(&key);
             }
             self.ops.push(match value {
                 Some(v) => Op::PutRow(key, v),
@@ -646,7 +694,12 @@ impl Group {
         ops + producers + 64
     }
 
-    fn commit(self, db: &DB, ring: Option<&mut CommitLog>) -> Result<()> {
+    fn commit(
+        self,
+        db: &DB,
+        ring: Option<&mut CommitLog>,
+        later: Option<&Unapplied>,
+    ) -> Result<()> {
         let rows = cf(db, CF_ROWS);
         let log = cf(db, CF_LOG);
         // Sized up front: a bulk load's batch would otherwise grow by
@@ -669,16 +722,19 @@ impl Group {
             }
         }
         match ring {
-            Some(ring) => ring.commit(db, self.stamp.epoch, batch),
+            Some(ring) => ring.commit(db, self.stamp.epoch, batch, later),
             None => commitlog::write_unsynced(db, batch),
         }
     }
 }
 
+/// A row key (with table prefix) and its new value, `None` to delete it.
+type StagedRow = (Vec<u8>, Option<Vec<u8>>);
+
 /// What one request would change, kept apart until its checks pass.
 #[derive(Default)]
 struct Staged {
-    rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    rows: Vec<StagedRow>,
     log: Vec<(Vec<u8>, Vec<u8>)>,
     offsets: HashMap<(u64, u32), u64>,
     watermark: Option<(u64, i64)>,
@@ -689,7 +745,23 @@ struct Pending<'g> {
     offsets: &'g mut Offsets,
     staged: Staged,
     /// Log records per partition, in order.
-    records: HashMap<u32, Vec<(i64, Vec<u8>)>>,
+    records: HashMap<u32, Vec<(i64, Logged)>>,
+}
+
+/// A log record's row: bytes of its own, or those of a staged row, which
+/// a bulk insert then holds once.
+enum Logged {
+    Own(Vec<u8>),
+    Staged(usize),
+}
+
+impl Logged {
+    fn bytes<'a>(&'a self, staged: &'a [StagedRow]) -> &'a [u8] {
+        match self {
+            Logged::Own(row) => row,
+            Logged::Staged(at) => staged[*at].1.as_deref().unwrap_or_default(),
+        }
+    }
 }
 
 impl<'g> Pending<'g> {
@@ -737,14 +809,15 @@ impl<'g> Pending<'g> {
         // Spread statements over partitions; each statement stays in one partition, in order.
         let partition = (target.table as u32).wrapping_add(count as u32) % target.partitions.max(1);
         let records = self.records.entry(partition).or_default();
-        records.extend(rows.into_iter().map(|row| (1, row)));
+        records.extend(rows.into_iter().map(|row| (1, Logged::Own(row))));
         count
     }
 
     fn insert(&mut self, db: &DB, target: &Target, rows: Vec<KeyedRow>) -> Result<u64> {
-        let mut seen = ahash::AHashSet::with_capacity(rows.len());
-        for row in &rows {
-            if !seen.insert(row.key.as_slice()) {
+        let ascending = rows.windows(2).all(|pair| pair[0].key < pair[1].key);
+        if !ascending {
+            let mut seen = ahash::AHashSet::with_capacity(rows.len());
+            if let Some(row) = rows.iter().find(|row| !seen.insert(row.key.as_slice())) {
                 return Err(duplicate(target, row));
             }
         }
@@ -759,8 +832,11 @@ impl<'g> Pending<'g> {
             }
         }
         let count = rows.len() as u64;
+        self.staged.rows.reserve(rows.len());
         for (key, row) in full.into_iter().zip(rows) {
-            self.record(target, &row.key, 1, row.row.clone());
+            let partition = keys::partition_of(&row.key, target.partitions);
+            let logged = Logged::Staged(self.staged.rows.len());
+            self.records.entry(partition).or_default().push((1, logged));
             self.staged.rows.push((key, Some(row.row)));
         }
         Ok(count)
@@ -771,12 +847,14 @@ impl<'g> Pending<'g> {
         let partition = (count as u32) % target.partitions.max(1);
         let mut offset = self.next_offset(db, target.topic, partition)?;
         offset += self.records.get(&partition).map_or(0, Vec::len) as u64;
+        self.staged.rows.reserve(rows.len());
+        let records = self.records.entry(partition).or_default();
         for row in rows {
             let key = keys::log_key(0, partition, offset)[8..].to_vec();
+            records.push((1, Logged::Staged(self.staged.rows.len())));
             self.staged
                 .rows
-                .push((keys::row_key(target.table, &key), Some(row.clone())));
-            self.records.entry(partition).or_default().push((1, row));
+                .push((keys::row_key(target.table, &key), Some(row)));
             offset += 1;
         }
         Ok(count)
@@ -918,7 +996,10 @@ impl<'g> Pending<'g> {
 
     fn record(&mut self, target: &Target, key: &[u8], diff: i64, row: Vec<u8>) {
         let partition = keys::partition_of(key, target.partitions);
-        self.records.entry(partition).or_default().push((diff, row));
+        self.records
+            .entry(partition)
+            .or_default()
+            .push((diff, Logged::Own(row)));
     }
 
     fn next_offset(&mut self, db: &DB, topic: u64, partition: u32) -> Result<u64> {
@@ -934,19 +1015,20 @@ impl<'g> Pending<'g> {
         let records = std::mem::take(&mut self.records);
         for (partition, entries) in records {
             let mut next = self.next_offset(db, target.topic, partition)?;
+            let rows = &self.staged.rows;
             let chunks = entries.len().div_ceil(CHUNK_ROWS);
+            let mut log = Vec::with_capacity(chunks);
             for (i, chunk) in entries.chunks(CHUNK_ROWS).enumerate() {
                 let mark = if i + 1 == chunks { watermark } else { None };
                 let encoded = encode_chunk(
-                    chunk.iter().map(|(d, r)| (*d, r.as_slice())),
+                    chunk.iter().map(|(d, r)| (*d, r.bytes(rows))),
                     mark,
                     Some(self.group.stamp),
                 );
-                self.staged
-                    .log
-                    .push((keys::log_key(target.topic, partition, next), encoded));
+                log.push((keys::log_key(target.topic, partition, next), encoded));
                 next += chunk.len() as u64;
             }
+            self.staged.log.extend(log);
             self.staged.offsets.insert((target.topic, partition), next);
         }
         Ok(())
@@ -986,7 +1068,7 @@ mod tests {
     /// A store in `dir` with a syncing writer.
     fn open(dir: &std::path::Path) -> (Store, Writer) {
         let store = Store::open(dir).expect("open");
-        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        let writer = Writer::start(&store, None, true).expect("writer");
         (store, writer)
     }
 
@@ -996,7 +1078,10 @@ mod tests {
         }
     }
 
-    fn total_log(db: &DB) -> u64 {
+    /// Every record of the test table's log, as a reader sees it.
+    fn total_log(store: &Store) -> u64 {
+        let _ = store.read_view();
+        let db = store.db();
         (0..2).map(|p| log_end(db, 7, p).expect("log end")).sum()
     }
 
@@ -1015,7 +1100,7 @@ mod tests {
         let err = writer.write(target(), dup).await.expect_err("duplicate");
         assert_eq!(err.sqlstate(), "23505");
         assert_eq!(
-            total_log(store.db()),
+            total_log(&store),
             2,
             "a failed statement writes no log records"
         );
@@ -1049,7 +1134,7 @@ mod tests {
         };
         assert_eq!(writer.write(target(), delete).await.expect("delete"), 1);
         // +a +b, then -a +z, then -b.
-        assert_eq!(total_log(store.db()), 5);
+        assert_eq!(total_log(&store), 5);
         let view = store.read_view();
         let found = view
             .multi_get(
@@ -1090,6 +1175,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_acknowledged_inline_write_is_seen_by_every_read_before_it_is_applied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (store, writer) = open(dir.path());
+        let raw = |key: &[u8]| {
+            let family = crate::state::cf(store.db(), CF_ROWS);
+            store
+                .db()
+                .get_cf(family, keys::row_key(7, key))
+                .expect("get")
+        };
+        writer
+            .write(target(), insert_one(b"a", b"1"))
+            .await
+            .expect("insert");
+        // This task has not yielded since the reply, so the group is parked.
+        assert!(store.unapplied().is_waiting());
+        assert_eq!(raw(b"a"), None, "not in RocksDB yet");
+        let view = store.read_view();
+        assert!(!store.unapplied().is_waiting());
+        assert_eq!(
+            view.get(CF_ROWS, &keys::row_key(7, b"a")).expect("read"),
+            Some(b"1".to_vec())
+        );
+
+        writer
+            .write(target(), insert_one(b"b", b"1"))
+            .await
+            .expect("insert");
+        assert!(store.unapplied().is_waiting());
+        let err = writer
+            .write(target(), insert_one(b"b", b"2"))
+            .await
+            .expect_err("the parked row is checked");
+        assert_eq!(err.sqlstate(), "23505");
+        assert_eq!(total_log(&store), 2);
+
+        writer
+            .write(target(), insert_one(b"c", b"1"))
+            .await
+            .expect("insert");
+        tokio::task::yield_now().await;
+        assert!(
+            !store.unapplied().is_waiting(),
+            "applied once the task yields"
+        );
+        assert_eq!(raw(b"c"), Some(b"1".to_vec()));
+    }
+
+    #[tokio::test]
     async fn a_store_that_lost_its_unsynced_writes_gets_them_back_from_the_commit_log() {
         let synced = tempfile::tempdir().expect("tempdir");
         let (store, writer) = open(synced.path());
@@ -1103,9 +1237,9 @@ mod tests {
         let lost = tempfile::tempdir().expect("tempdir");
         let store = Store::open(lost.path()).expect("open");
         std::fs::write(store.db().path().join("commit.ring"), ring).expect("copy ring");
-        let writer = Writer::start(store.db().clone(), None, true).expect("writer");
+        let writer = Writer::start(&store, None, true).expect("writer");
         assert_eq!(*writer.committed().borrow(), 3);
-        assert_eq!(total_log(store.db()), 3);
+        assert_eq!(total_log(&store), 3);
         let again = insert_one(b"a", b"2");
         let err = writer.write(target(), again).await.expect_err("duplicate");
         assert_eq!(err.sqlstate(), "23505", "the replayed row is there");
@@ -1160,6 +1294,7 @@ mod tests {
             &mut committer,
             vec![first, again, next],
             Stamp::default(),
+            None,
         );
         let outcomes: Vec<u64> = replies
             .into_iter()
@@ -1170,6 +1305,6 @@ mod tests {
             vec![1, 1, 1],
             "a dropped retry still answers its count"
         );
-        assert_eq!(total_log(store.db()), 2);
+        assert_eq!(total_log(&store), 2);
     }
 }
