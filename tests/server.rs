@@ -239,6 +239,72 @@ async fn copy_from_stdin_in_text_and_csv() {
     );
 }
 
+/// Lines `id\tname_id` for ids in `range`, about 30 bytes each.
+fn text_lines(range: std::ops::Range<i64>) -> String {
+    range.map(|i| format!("{i}\tname_{i:020}\n")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_copies_are_parsed_in_parts_and_read_as_a_whole() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE big (id BIGINT PRIMARY KEY, name VARCHAR)")
+        .await
+        .expect("create");
+    // Megabytes of data, so that it is cut into parts: a header only the
+    // first part skips, and an end marker in the middle after which even
+    // malformed lines are ignored.
+    let data = format!(
+        "id\tname\n{}\\.\nnot a row\n{}",
+        text_lines(0..60_000),
+        text_lines(60_000..70_000)
+    );
+    let sql = "COPY big FROM STDIN WITH (FORMAT text, HEADER true)";
+    assert_eq!(copy_in(&client, sql, &data).await.expect("copy"), 60_000);
+
+    // A malformed line in a late part is named by its line in the data.
+    let bad = format!(
+        "{}oops\n{}",
+        text_lines(100_000..150_000),
+        text_lines(150_000..160_000)
+    );
+    let err = copy_in(&client, "COPY big FROM STDIN", &bad)
+        .await
+        .expect_err("malformed line");
+    let err = err.as_db_error().expect("a database error");
+    assert_eq!(err.code().code(), "22P02");
+    assert!(err.message().contains("line 50001"), "{}", err.message());
+
+    // A key repeated across parts rejects the whole statement.
+    let dup = format!(
+        "{}{}",
+        text_lines(200_000..260_000),
+        text_lines(200_001..200_002)
+    );
+    let err = copy_in(&client, "COPY big FROM STDIN", &dup)
+        .await
+        .expect_err("duplicate");
+    assert_eq!(err.code().map(|c| c.code()), Some("23505"));
+    assert_eq!(count(&client, "SELECT count(*) FROM big").await, 60_000);
+
+    // CSV fields may hold line breaks; the data is cut only between records.
+    let csv: String = (300_000..350_000)
+        .map(|i| format!("{i},\"line one\nline \"\"two\"\"\"\n"))
+        .collect();
+    let copied = copy_in(&client, "COPY big FROM STDIN WITH (FORMAT csv)", &csv)
+        .await
+        .expect("csv copy");
+    assert_eq!(copied, 50_000);
+    let names = client
+        .query("SELECT DISTINCT name FROM big WHERE id >= 300000", &[])
+        .await
+        .expect("select");
+    let names: Vec<String> = names.iter().map(|r| r.get(0)).collect();
+    assert_eq!(names, ["line one\nline \"two\""]);
+    assert_eq!(count(&client, "SELECT count(*) FROM big").await, 110_000);
+}
+
 async fn copy_out(
     client: &tokio_postgres::Client,
     sql: &str,

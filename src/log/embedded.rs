@@ -62,12 +62,17 @@ pub struct Stamp {
 const WATERMARK_TAG: u8 = 1;
 const STAMP_TAG: u8 = 2;
 
-pub fn encode_chunk<'a>(
-    entries: impl IntoIterator<Item = (i64, &'a [u8])>,
-    watermark: Option<i64>,
-    stamp: Option<Stamp>,
-) -> Vec<u8> {
-    let mut out = vec![0u8; 4];
+pub fn encode_chunk<'a, I>(entries: I, watermark: Option<i64>, stamp: Option<Stamp>) -> Vec<u8>
+where
+    I: IntoIterator<Item = (i64, &'a [u8])>,
+    I::IntoIter: Clone,
+{
+    let entries = entries.into_iter();
+    // Sized in a first pass: a chunk of thousands of rows would otherwise
+    // grow by doubling, copying itself each time.
+    let body: usize = entries.clone().map(|(_, row)| 12 + row.len()).sum();
+    let mut out = Vec::with_capacity(4 + body + 1 + 8 + 1 + 17);
+    out.extend_from_slice(&[0u8; 4]);
     let mut count: u32 = 0;
     for (diff, row) in entries {
         out.extend_from_slice(&diff.to_le_bytes());

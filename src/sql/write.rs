@@ -14,25 +14,69 @@ pub async fn insert_batches(
     writer: &Writer,
     batches: &[RecordBatch],
 ) -> Result<u64> {
-    refuse_system(table)?;
-    for batch in batches {
-        check_not_null(table, batch)?;
+    let rows = NewRows::encode(table, batches)?;
+    rows.write(table, writer).await
+}
+
+/// New rows encoded for the writer. Encoding needs nothing but the rows,
+/// so a bulk load encodes its parts apart and joins them.
+pub struct NewRows {
+    op: WriteOp,
+    watermark: Option<i64>,
+}
+
+impl NewRows {
+    pub fn encode(table: &Table, batches: &[RecordBatch]) -> Result<NewRows> {
+        refuse_system(table)?;
+        for batch in batches {
+            check_not_null(table, batch)?;
+        }
+        let watermark = table.watermark_of(batches)?;
+        let op = if table.def.append_only {
+            WriteOp::Append {
+                rows: encode_rows(table, batches)?,
+            }
+        } else if table.def.is_keyed() {
+            WriteOp::Insert {
+                rows: keyed_rows(table, batches)?,
+            }
+        } else {
+            WriteOp::InsertUnkeyed {
+                rows: encode_rows(table, batches)?,
+            }
+        };
+        Ok(NewRows { op, watermark })
     }
-    let watermark = table.watermark_of(batches)?;
-    let op = if table.def.append_only {
-        WriteOp::Append {
-            rows: encode_rows(table, batches)?,
+
+    /// The rows of `parts` in order, as one statement's.
+    pub fn join(parts: Vec<NewRows>) -> Result<Option<NewRows>> {
+        let mut parts = parts.into_iter();
+        let Some(mut joined) = parts.next() else {
+            return Ok(None);
+        };
+        for part in parts {
+            joined.watermark = joined.watermark.max(part.watermark);
+            match (&mut joined.op, part.op) {
+                (WriteOp::Append { rows }, WriteOp::Append { rows: more })
+                | (WriteOp::InsertUnkeyed { rows }, WriteOp::InsertUnkeyed { rows: more }) => {
+                    rows.extend(more)
+                }
+                (WriteOp::Insert { rows }, WriteOp::Insert { rows: more }) => rows.extend(more),
+                _ => {
+                    return Err(Error::Internal(
+                        "parts of one write were encoded for different tables".into(),
+                    ));
+                }
+            }
         }
-    } else if table.def.is_keyed() {
-        WriteOp::Insert {
-            rows: keyed_rows(table, batches)?,
-        }
-    } else {
-        WriteOp::InsertUnkeyed {
-            rows: encode_rows(table, batches)?,
-        }
-    };
-    writer.write_marked(table.target(), op, watermark).await
+        Ok(Some(joined))
+    }
+
+    pub async fn write(self, table: &Arc<Table>, writer: &Writer) -> Result<u64> {
+        writer
+            .write_marked(table.target(), self.op, self.watermark)
+            .await
+    }
 }
 
 /// Delete the given current rows (full rows in the table's schema).

@@ -4,9 +4,13 @@
 //! The data is gathered while the client sends it and written as one
 //! statement when it ends: all rows or none. Text is parsed to strings and
 //! cast to the column types with Arrow's cast kernels, so COPY accepts what
-//! a SQL cast from text accepts.
+//! a SQL cast from text accepts. Large data is cut at line boundaries into
+//! one part a core, parsed and encoded side by side, and written as one.
+
+mod split;
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringBuilder, new_null_array};
@@ -18,7 +22,7 @@ use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
 use crate::session::{CopyIn, Engine, Output, Session};
 use crate::sql::parser::{ident_name, object_name, parse_query};
-use crate::sql::write;
+use crate::sql::write::NewRows;
 
 /// Rows per batch while parsing.
 const BATCH_ROWS: usize = 8192;
@@ -250,26 +254,83 @@ fn copy_format(
 
 /// The client sent all its data: parse it and write it as one statement.
 pub async fn finish(engine: &Arc<Engine>, copy: CopyIn) -> Result<Output> {
-    let batches = parse(&copy)?;
-    let count = write::insert_batches(&copy.table, &engine.writer, &batches).await?;
+    let rows = encode(&copy)?;
+    let count = rows.write(&copy.table, &engine.writer).await?;
     Ok(Output::with_rows("COPY", count))
 }
 
-fn parse(copy: &CopyIn) -> Result<Vec<RecordBatch>> {
-    let strings = if copy.format.csv {
-        parse_csv(copy)?
-    } else {
-        parse_text(copy)?
-    };
-    strings
-        .iter()
-        .map(|columns| to_table_batch(copy, columns))
-        .collect()
+fn encode(copy: &CopyIn) -> Result<NewRows> {
+    let parts = split::parts(&copy.data, copy.format.csv, cores());
+    if parts.len() > 1
+        && let Some(rows) = encode_parts(copy, &parts)
+    {
+        return Ok(rows);
+    }
+    // Serially, also when a part failed: then this names the first error
+    // with its line, as PostgreSQL would.
+    let parsed = parse(copy, &copy.data, true)?;
+    NewRows::encode(&copy.table, &parsed.batches)
 }
 
-/// Text format: one line per row, fields split on the delimiter, backslash escapes.
-fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
-    let text = std::str::from_utf8(&copy.data)
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The parts parsed and encoded on threads of their own, joined in order
+/// up to the one that ends the data; `None` when any part failed.
+fn encode_parts(copy: &CopyIn, parts: &[Range<usize>]) -> Option<NewRows> {
+    let encode_part = |(index, range): (usize, &Range<usize>)| {
+        let parsed = parse(copy, &copy.data[range.clone()], index == 0)?;
+        let rows = NewRows::encode(&copy.table, &parsed.batches)?;
+        Ok::<_, Error>((rows, parsed.ended))
+    };
+    let outcomes: Vec<Result<(NewRows, bool)>> = std::thread::scope(|scope| {
+        let mut rest = parts.iter().enumerate();
+        let first = rest.next()?;
+        let handles: Vec<_> = rest
+            .map(|part| scope.spawn(move || encode_part(part)))
+            .collect();
+        let mut outcomes = vec![encode_part(first)];
+        for handle in handles {
+            outcomes.push(handle.join().ok()?);
+        }
+        Some(outcomes)
+    })?;
+    let mut joined = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        let (rows, ended) = outcome.ok()?;
+        joined.push(rows);
+        if ended {
+            break;
+        }
+    }
+    NewRows::join(joined).ok().flatten()
+}
+
+/// Rows parsed from some of the data, and whether a line `\.` ended the
+/// data there.
+struct Parsed {
+    batches: Vec<RecordBatch>,
+    ended: bool,
+}
+
+fn parse(copy: &CopyIn, data: &[u8], first: bool) -> Result<Parsed> {
+    let (strings, ended) = if copy.format.csv {
+        parse_csv(copy, data, first)?
+    } else {
+        parse_text(copy, data, first)?
+    };
+    let batches = strings
+        .iter()
+        .map(|columns| to_table_batch(copy, columns))
+        .collect::<Result<_>>()?;
+    Ok(Parsed { batches, ended })
+}
+
+/// Text format: one line per row, fields split on the delimiter, backslash
+/// escapes. Only the `first` part of the data may start with a header.
+fn parse_text(copy: &CopyIn, data: &[u8], first: bool) -> Result<(Vec<Vec<ArrayRef>>, bool)> {
+    let text = std::str::from_utf8(data)
         .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
     let width = copy.columns.len();
     let delimiter = copy.format.delimiter as char;
@@ -277,11 +338,13 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
     let mut fields: Vec<&str> = Vec::with_capacity(width);
     for (line_no, line) in text.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
-        if line == "\\." || (line.is_empty() && line_no > 0 && rows_remaining_empty(text, line_no))
-        {
+        if line == "\\." {
+            return Ok((columns.finish(), true));
+        }
+        if line.is_empty() && line_no > 0 && rows_remaining_empty(text, line_no) {
             break;
         }
-        if line_no == 0 && copy.format.header {
+        if line_no == 0 && first && copy.format.header {
             continue;
         }
         fields.clear();
@@ -299,7 +362,7 @@ fn parse_text(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
                 .map(|f| (*f != copy.format.null).then(|| unescape(f))),
         );
     }
-    Ok(columns.finish())
+    Ok((columns.finish(), false))
 }
 
 /// Only a trailing newline produces an empty last line; anywhere else an empty line is a row.
@@ -378,10 +441,10 @@ impl Columns {
 }
 
 /// CSV format: an unquoted field equal to the NULL string is NULL.
-fn parse_csv(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
+fn parse_csv(copy: &CopyIn, data: &[u8], first: bool) -> Result<(Vec<Vec<ArrayRef>>, bool)> {
     let width = copy.columns.len();
-    let skip = usize::from(copy.format.header);
-    let records = super::csv::records(&copy.data, copy.format.delimiter)?;
+    let skip = usize::from(first && copy.format.header);
+    let (records, ended) = super::csv::records(data, copy.format.delimiter)?;
     let mut columns = Columns::new(width);
     for (line, record) in records.into_iter().enumerate().skip(skip) {
         if record.len() != width {
@@ -397,7 +460,7 @@ fn parse_csv(copy: &CopyIn) -> Result<Vec<Vec<ArrayRef>>> {
                 .map(|f| (f.quoted || f.text != copy.format.null).then_some(f.text)),
         );
     }
-    Ok(columns.finish())
+    Ok((columns.finish(), ended))
 }
 
 /// Strings in data order into a batch in table order, cast to the column types.

@@ -12,9 +12,9 @@ pub struct Field {
     pub quoted: bool,
 }
 
-/// Records of `data`, split at unquoted line breaks. A line `\.` alone ends
-/// the data.
-pub fn records(data: &[u8], delimiter: u8) -> Result<Vec<Vec<Field>>> {
+/// Records of `data`, split at unquoted line breaks, and whether a line
+/// `\.` alone ended the data before its end.
+pub fn records(data: &[u8], delimiter: u8) -> Result<(Vec<Vec<Field>>, bool)> {
     let text = std::str::from_utf8(data)
         .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
     let mut records = Vec::new();
@@ -26,7 +26,7 @@ pub fn records(data: &[u8], delimiter: u8) -> Result<Vec<Vec<Field>>> {
     while let Some(record) = reader.record(records.len() + 1)? {
         records.push(record);
     }
-    Ok(records)
+    Ok((records, reader.at < reader.bytes.len()))
 }
 
 struct Reader<'a> {
@@ -103,6 +103,7 @@ mod tests {
     fn read(data: &str) -> Vec<Vec<(String, bool)>> {
         records(data.as_bytes(), b',')
             .expect("valid")
+            .0
             .into_iter()
             .map(|r| r.into_iter().map(|f| (f.text, f.quoted)).collect())
             .collect()
