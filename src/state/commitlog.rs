@@ -17,6 +17,12 @@
 //! is synced and applies it to RocksDB afterwards, while the client reads
 //! the reply ([`Unapplied`]): whatever reads RocksDB applies it first.
 //!
+//! The ring is opened for direct I/O where the file system allows it: a
+//! record is written as the whole blocks it touches, from a copy of the
+//! last block kept in memory, straight to the device, so the sync that
+//! follows only has to flush the device's cache, with no pages to write
+//! back first.
+//!
 //! Before the ring wraps, RocksDB's log is synced, so every record the wrap
 //! overwrites is durable in RocksDB. Each record carries the lap it was
 //! written in and a checksum; reading stops at the first record of another
@@ -24,7 +30,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -42,6 +48,10 @@ pub const MAX_RECORD: usize = 256 << 10;
 
 const FILE_NAME: &str = "commit.ring";
 
+/// The unit of a ring write: a multiple of every device's logical block,
+/// as direct I/O requires of offsets, lengths and buffer addresses.
+const BLOCK: usize = 4096;
+
 /// The ring file and where the next record goes.
 #[derive(Debug)]
 pub struct CommitLog {
@@ -49,6 +59,7 @@ pub struct CommitLog {
     capacity: u64,
     lap: u32,
     next: u64,
+    tail: Tail,
 }
 
 impl CommitLog {
@@ -70,6 +81,7 @@ impl CommitLog {
             // in RocksDB now, and reading must not run on into it.
             lap: lap.wrapping_add(1).max(1),
             next: 0,
+            tail: Tail::new(),
         })
     }
 
@@ -93,6 +105,7 @@ impl CommitLog {
             db.flush_wal(true)?;
             self.lap = self.lap.wrapping_add(1).max(1);
             self.next = 0;
+            self.tail.clear();
         }
         let at = self.next;
         let record = encode(self.lap, seq, batch.data());
@@ -104,7 +117,10 @@ impl CommitLog {
             None => write_unsynced(db, batch),
         });
         match outcome {
-            Ok(()) => self.next = at + record_len,
+            Ok(()) => {
+                self.next = at + record_len;
+                self.tail.advance(at, self.next);
+            }
             // The group failed, so its record must never be applied again;
             // the next group's record takes its place.
             Err(_) => {
@@ -114,10 +130,70 @@ impl CommitLog {
         outcome
     }
 
-    fn write(&self, at: u64, bytes: &[u8]) -> Result<()> {
-        self.file.write_all_at(bytes, at)?;
+    /// Write `bytes` at `at`, the ring's next position, as whole blocks:
+    /// what precedes them in their first block comes from the tail, and
+    /// zeroes follow them to the end of their last block.
+    fn write(&mut self, at: u64, bytes: &[u8]) -> Result<()> {
+        let base = at - at % BLOCK as u64;
+        let blocks = self.tail.fill((at - base) as usize, bytes);
+        self.file.write_all_at(blocks, base)?;
         self.file.sync_data()?;
         Ok(())
+    }
+}
+
+/// The ring's bytes from the start of the block the next record goes in,
+/// in a buffer aligned for direct I/O; all zeroes past the next record.
+struct Tail {
+    buffer: Vec<u8>,
+    /// Where in `buffer` the aligned bytes start.
+    start: usize,
+}
+
+impl std::fmt::Debug for Tail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tail").finish_non_exhaustive()
+    }
+}
+
+impl Tail {
+    /// Room for the largest record starting at the end of a block.
+    const LEN: usize = (HEADER + MAX_RECORD + 2 * BLOCK).next_multiple_of(BLOCK);
+
+    fn new() -> Tail {
+        let buffer = vec![0u8; Self::LEN + BLOCK];
+        let start = buffer.as_ptr().align_offset(BLOCK);
+        Tail { buffer, start }
+    }
+
+    fn aligned(&mut self) -> &mut [u8] {
+        &mut self.buffer[self.start..self.start + Self::LEN]
+    }
+
+    /// Place `bytes` at `from` within the first block; the whole blocks
+    /// that now hold them.
+    fn fill(&mut self, from: usize, bytes: &[u8]) -> &[u8] {
+        let end = from + bytes.len();
+        let len = end.next_multiple_of(BLOCK);
+        let aligned = self.aligned();
+        aligned[from..end].copy_from_slice(bytes);
+        aligned[end..len].fill(0);
+        &aligned[..len]
+    }
+
+    /// The ring's next position moved from `at` to `next`: keep the block
+    /// `next` falls in at the front.
+    fn advance(&mut self, at: u64, next: u64) {
+        let base = at - at % BLOCK as u64;
+        let kept = (next - next % BLOCK as u64 - base) as usize;
+        let end = (next - base) as usize;
+        let aligned = self.aligned();
+        aligned.copy_within(kept..end, 0);
+        aligned[end - kept..end].fill(0);
+    }
+
+    fn clear(&mut self) {
+        self.aligned().fill(0);
     }
 }
 
@@ -190,13 +266,28 @@ pub fn write_unsynced(db: &DB, batch: WriteBatch) -> Result<()> {
     Ok(db.write_opt(batch, &options)?)
 }
 
-/// An existing ring, or a new one filled with zeroes so that no later sync
-/// has to record a new size or allocation.
+/// The ring for writing, an existing one or a new one filled with zeroes
+/// so that no later sync has to record a new size or allocation.
 fn open_ring(path: &Path) -> Result<File> {
-    if let Ok(file) = OpenOptions::new().read(true).write(true).open(path)
-        && file.metadata()?.len() >= HEADER as u64 * 2
+    create_ring(path)?;
+    let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+    match OpenOptions::new()
+        .write(true)
+        .custom_flags(direct)
+        .open(path)
     {
-        return Ok(file);
+        // tmpfs and some others refuse direct I/O; writes then go through
+        // the page cache, and the sync writes them back.
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+            Ok(OpenOptions::new().write(true).open(path)?)
+        }
+        opened => Ok(opened?),
+    }
+}
+
+fn create_ring(path: &Path) -> Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() >= HEADER as u64 * 2) {
+        return Ok(());
     }
     let fresh = PathBuf::from(format!("{}.new", path.display()));
     let mut file = File::create(&fresh)?;
@@ -209,7 +300,7 @@ fn open_ring(path: &Path) -> Result<File> {
     if let Some(dir) = path.parent() {
         File::open(dir)?.sync_all()?;
     }
-    Ok(OpenOptions::new().read(true).write(true).open(path)?)
+    Ok(())
 }
 
 fn encode(lap: u32, seq: u64, data: &[u8]) -> Vec<u8> {
@@ -348,6 +439,31 @@ mod tests {
         for seq in 1..=20u64 {
             let key = format!("k{seq}");
             assert!(db.get_cf(state, key.as_bytes()).expect("get").is_some());
+        }
+    }
+
+    #[test]
+    fn records_that_cross_blocks_read_back_whole_and_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let db = store.db();
+        let mut log = CommitLog::open(db, 0).expect("open ring");
+        let mut written = Vec::new();
+        for seq in 1..=30u64 {
+            let mut batch = WriteBatch::default();
+            let value = vec![seq as u8; 100 * seq as usize];
+            batch.put_cf(cf(db, CF_STATE), format!("k{seq}"), &value);
+            written.push(batch.data().to_vec());
+            log.commit(db, seq, batch, None).expect("commit");
+        }
+        let bytes = std::fs::read(db.path().join(FILE_NAME)).expect("read ring");
+        let live = live_records(&bytes);
+        assert_eq!(
+            live.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (1..=30).collect::<Vec<_>>()
+        );
+        for (record, data) in live.iter().zip(&written) {
+            assert_eq!(record.data, data.as_slice());
         }
     }
 }
