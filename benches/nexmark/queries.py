@@ -133,8 +133,10 @@ def create_view(query: str) -> str:
 
 
 def view_query(query: str) -> str:
-    """The SELECT of qN.sql (for the queries every engine reads alike)."""
-    return create_view(query).split(" AS\n", 1)[1]
+    """The SELECT of qN.sql (for the queries every engine reads alike),
+    without weir's emit policy."""
+    select = create_view(query).split(" AS\n", 1)[1]
+    return "\n".join(line for line in select.splitlines() if not line.startswith("EMIT "))
 
 
 def checksum_sql(query: str, source: str, d: Dialect) -> str:

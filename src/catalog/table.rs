@@ -198,6 +198,10 @@ impl Table {
         })
     }
 
+    /// The watermark of a source that will have no more rows: the last
+    /// microsecond of 9999, the end of time as far as a timestamp shows it.
+    pub const END_OF_TIME: i64 = 253_402_300_799_999_999;
+
     /// The watermark a write of `batches` implies: the largest value of the
     /// watermark expression over its rows.
     pub fn watermark_of(&self, batches: &[RecordBatch]) -> Result<Option<i64>> {

@@ -58,7 +58,8 @@ pub struct ViewShape {
     pub watermarked: bool,
     /// The view never retracts a row it emitted.
     pub append_only: bool,
-    /// Keyless, and its query never retracts: the changelog alone holds it.
+    /// Its query never retracts, and either has no key or is the aggregate
+    /// that emits on window close: the changelog alone holds it.
     pub log_only: bool,
 }
 
@@ -91,8 +92,9 @@ impl<'a> Planner<'a> {
         depends_on.dedup();
         let key = unique_key(plan);
         let never_retracts = planner.is_append_only(plan);
+        let final_rows = emit == Emit::OnWindowClose && closes_at_root(plan);
         Ok(ViewShape {
-            log_only: key.is_none() && never_retracts,
+            log_only: (key.is_none() && never_retracts) || final_rows,
             key,
             depends_on,
             watermarked: planner.sources.iter().any(|s| s.table.def.has_watermark()),
@@ -659,6 +661,25 @@ fn unsupported(plan: &LogicalPlan) -> Error {
         ),
     };
     Error::NotSupported(what)
+}
+
+/// Whether the view's rows are those of its only aggregate, seen through
+/// projections and filters. Under `EMIT ON WINDOW CLOSE` that aggregate is
+/// the windowed one, which emits each group's final row once and never
+/// retracts it.
+fn closes_at_root(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(p) => closes_at_root(&p.input),
+        LogicalPlan::Filter(f) => closes_at_root(&f.input),
+        LogicalPlan::SubqueryAlias(a) => closes_at_root(&a.input),
+        LogicalPlan::Aggregate(a) => !groups_anywhere(&a.input),
+        _ => false,
+    }
+}
+
+fn groups_anywhere(plan: &LogicalPlan) -> bool {
+    matches!(plan, LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_))
+        || plan.inputs().into_iter().any(groups_anywhere)
 }
 
 /// An aggregate's group columns, if the plan ends in one (possibly under a

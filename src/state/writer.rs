@@ -795,9 +795,30 @@ impl<'g> Pending<'g> {
         let after = current.max(watermark);
         if let Some(after) = after.filter(|a| Some(*a) != current) {
             self.staged.watermark = Some((target.topic, after));
+            if count == 0 {
+                self.log_watermark_alone(db, target, after)?;
+            }
         }
         self.flush_log(db, target, after)?;
         Ok(count)
+    }
+
+    /// A write of no rows that raises the watermark leaves an empty chunk
+    /// carrying it in every partition, at the partition's next offset,
+    /// where the next write's first chunk takes its place.
+    fn log_watermark_alone(&mut self, db: &DB, target: &Target, watermark: i64) -> Result<()> {
+        for partition in 0..target.partitions.max(1) {
+            let next = self.next_offset(db, target.topic, partition)?;
+            let empty = encode_chunk(
+                std::iter::empty::<(i64, &[u8])>(),
+                Some(watermark),
+                Some(self.group.stamp),
+            );
+            self.staged
+                .log
+                .push((keys::log_key(target.topic, partition, next), empty));
+        }
+        Ok(())
     }
 
     fn finish(self) -> Staged {

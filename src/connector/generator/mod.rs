@@ -113,7 +113,7 @@ pub async fn source(
     loop {
         let round = rounds.next().await?;
         if round.rows.is_empty() {
-            return Ok(());
+            return end_event_time(engine, table).await;
         }
         pace.wait(rounds.reached()).await;
         let op = match table.def.append_only {
@@ -126,6 +126,22 @@ pub async fn source(
             .await?;
         Progress::count(&handle.progress.messages, written);
     }
+}
+
+/// A bounded generator that is done makes no more rows, so its watermark
+/// goes to the end of time and every window over it closes, as windows do
+/// at the end of a bounded input in Flink. A restarted one that was done
+/// already writes nothing: the watermark is there.
+async fn end_event_time(engine: &Engine, table: &Arc<Table>) -> std::result::Result<(), Failure> {
+    if table.def.watermark.is_none() {
+        return Ok(());
+    }
+    let op = WriteOp::Append { rows: Vec::new() };
+    engine
+        .writer
+        .write_from(table.target(), op, Some(Table::END_OF_TIME), Vec::new())
+        .await?;
+    Ok(())
 }
 
 /// The producer id under which a split's position commits.

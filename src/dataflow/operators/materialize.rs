@@ -5,10 +5,12 @@
 //! `view id ++ key -> row`, so a lookup by key is a point read. Other views
 //! store `view id ++ row -> multiplicity ++ row`, a multiset; additions are
 //! RocksDB merges that sum the multiplicities, so appending reads nothing.
-//! A keyless view that never retracts (a filter or projection of append-only
-//! inputs, `TableDef::log_only`) stores no rows at all: its changelog,
-//! read from the start, is its contents, as a stream's topic is. Each epoch
-//! then writes one entry per chunk of rows instead of one per row.
+//! A view that never retracts stores no rows at all (`TableDef::log_only`):
+//! a keyless filter or projection of append-only inputs, or an aggregate
+//! that emits on window close, whose groups each emit one final row. Its
+//! changelog, read from the start, is its contents, as a stream's topic is.
+//! Each epoch then writes one entry per chunk of rows instead of one per
+//! row, and nothing is flushed or compacted twice.
 //!
 //! Every changelog chunk carries the view's watermark, so views on this view
 //! see event time advance; a watermark that rises without changes is written
