@@ -98,7 +98,9 @@ impl<'a> Planner<'a> {
             key,
             depends_on,
             watermarked: planner.sources.iter().any(|s| s.table.def.has_watermark()),
-            append_only: emit == Emit::OnWindowClose || never_retracts,
+            // Under EMIT ON WINDOW CLOSE, an aggregate or an outer join
+            // above the windowed aggregate still retracts its rows.
+            append_only: final_rows || never_retracts,
         })
     }
 
