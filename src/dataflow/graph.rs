@@ -10,6 +10,7 @@ use crate::dataflow::change::ChangeBatch;
 use crate::dataflow::operator::Operator;
 use crate::error::Result;
 use crate::log::embedded::Chunk;
+use crate::state::rows::projected::Projection;
 
 pub struct Node {
     pub operator: Box<dyn Operator>,
@@ -22,6 +23,9 @@ pub struct Source {
     pub table: Arc<Table>,
     /// The node that receives this source's changes, on its input 0.
     pub node: usize,
+    /// Decodes only the string columns the dataflow reads, when it reads
+    /// fewer than all of them.
+    pub projection: Option<Projection>,
 }
 
 impl Source {
@@ -40,10 +44,11 @@ impl Source {
 
     /// Decode a log chunk into changes in the table's schema.
     pub fn decode(&self, chunk: &Chunk<'_>) -> Result<ChangeBatch> {
-        let rows = self
-            .table
-            .codec
-            .decode(chunk.entries.iter().map(|e| e.row))?;
+        let encoded = chunk.entries.iter().map(|e| e.row);
+        let rows = match &self.projection {
+            Some(projection) => projection.decode(encoded)?,
+            None => self.table.codec.decode(encoded)?,
+        };
         let diffs = Int64Array::from_iter_values(chunk.entries.iter().map(|e| e.diff));
         ChangeBatch::new(rows, diffs)
     }

@@ -35,6 +35,7 @@ use crate::dataflow::operators::{
 use crate::dataflow::window::{WINDOW_END, WindowKind};
 use crate::error::{Error, Result};
 use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
+use crate::state::rows::projected::Projection;
 
 pub struct Planner<'a> {
     catalog: &'a Catalog,
@@ -444,7 +445,12 @@ impl<'a> Planner<'a> {
             }
         };
         let node = self.push(assign, Vec::new());
-        self.sources.push(Source { table, node });
+        // Late rows are recorded whole, so a window's input decodes them so.
+        self.sources.push(Source {
+            table,
+            node,
+            projection: None,
+        });
         let exprs = columns
             .iter()
             .map(|i| {
@@ -478,7 +484,12 @@ impl<'a> Planner<'a> {
             .collect::<Result<Vec<_>>>()?;
         let project = Project::new(exprs, Arc::new(scan.projected_schema.as_arrow().clone()));
         let node = self.push(Box::new(project), Vec::new());
-        self.sources.push(Source { table, node });
+        let projection = Projection::new(table.codec.schema(), &columns)?;
+        self.sources.push(Source {
+            table,
+            node,
+            projection,
+        });
         Ok(node)
     }
 

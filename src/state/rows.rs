@@ -13,6 +13,8 @@ use datafusion::arrow::row::{RowConverter, Rows, SortField};
 
 use crate::error::{Error, Result};
 
+pub mod projected;
+
 /// Encodes and decodes one table's rows and keys.
 pub struct RowCodec {
     schema: SchemaRef,
