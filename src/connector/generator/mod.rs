@@ -131,7 +131,7 @@ pub async fn source(
 /// A bounded generator that is done makes no more rows, so its watermark
 /// goes to the end of time and every window over it closes, as windows do
 /// at the end of a bounded input in Flink. A restarted one that was done
-/// already writes nothing: the watermark is there.
+/// already commits an empty write: the watermark is there, and stays.
 async fn end_event_time(engine: &Engine, table: &Arc<Table>) -> std::result::Result<(), Failure> {
     if table.def.watermark.is_none() {
         return Ok(());
