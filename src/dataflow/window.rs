@@ -62,14 +62,15 @@ impl WindowKind {
                 out.push((start, start + size));
             }
             WindowKind::Hop { slide, size } => {
+                // The windows start every `slide` from the first that
+                // starts after `ts - size` to the last at or before `ts`.
                 let last = ts - ts.rem_euclid(slide);
-                let mut start = last;
-                let mut found = Vec::new();
-                while start > ts - size {
-                    found.push((start, start + size));
-                    start -= slide;
+                let count = (last - ts + size + slide - 1) / slide;
+                let mut start = last - (count - 1) * slide;
+                while start <= last {
+                    out.push((start, start + size));
+                    start += slide;
                 }
-                out.extend(found.into_iter().rev());
             }
             WindowKind::Cumulate { step, max } => {
                 let start = ts - ts.rem_euclid(max);
@@ -311,6 +312,21 @@ mod tests {
             windows(kind, 11),
             vec![(2, 12), (4, 14), (6, 16), (8, 18), (10, 20)]
         );
+        assert_eq!(windows(kind, 10), windows(kind, 11));
+        assert_eq!(windows(kind, -1)[0], (-10, 0));
+        let uneven = WindowKind::Hop { slide: 3, size: 7 };
+        assert_eq!(windows(uneven, 7), vec![(3, 10), (6, 13)]);
+        assert_eq!(windows(uneven, 6), vec![(0, 7), (3, 10), (6, 13)]);
+        let gaps = WindowKind::Hop { slide: 10, size: 3 };
+        assert_eq!(windows(gaps, 12), vec![(10, 13)]);
+        assert_eq!(windows(gaps, 14), vec![]);
+        assert_eq!(windows(gaps, 21), vec![(20, 23)]);
+        for ts in -40..40 {
+            let found = windows(uneven, ts);
+            assert!(found.iter().all(|(s, e)| *s <= ts && ts < *e && e - s == 7));
+            let holding = (-50..50).filter(|s| s % 3 == 0 && *s <= ts && ts < s + 7);
+            assert_eq!(found.len(), holding.count());
+        }
     }
 
     #[test]

@@ -387,7 +387,7 @@ impl Aggregate {
             None => (GroupState::new(self.aggs.len()), None),
         };
         let group = Group {
-            key: group.to_vec(),
+            key: group.into(),
             state,
             emitted,
             dirty: true,
@@ -528,7 +528,7 @@ impl Operator for Aggregate {
             self.accumulate(&batch, &slots)?;
         }
         for ((a, slot, value), delta) in values {
-            let group = self.groups_cache.get(slot).key.clone();
+            let group = self.groups_cache.get(slot).key.to_vec();
             *self.multiset.entry((a, group, value.to_vec())).or_insert(0) += delta;
         }
         // An epoch that touches more groups than the cache holds writes
@@ -769,7 +769,7 @@ impl Aggregate {
             let (state, _) = GroupState::decode(&value, self.aggs.len())?;
             let mut closing = Group {
                 close: self.close_of(&group),
-                key: group,
+                key: group.into(),
                 state,
                 emitted: None,
                 dirty: false,

@@ -13,9 +13,13 @@ use hashbrown::HashTable;
 
 use super::GroupState;
 
+/// A group's key, held in the group itself up to the size of a windowed
+/// key of a few columns: finding a group then reads no second allocation.
+pub(super) type GroupKey = smallvec::SmallVec<[u8; 40]>;
+
 /// A group in memory, with the row it last emitted.
 pub(super) struct Group {
-    pub key: Vec<u8>,
+    pub key: GroupKey,
     pub state: GroupState,
     pub emitted: Option<Vec<u8>>,
     /// Touched since it was last written back.
@@ -87,7 +91,9 @@ impl Groups {
     pub fn touch(&mut self, key: &[u8], hash: u64) -> Option<u32> {
         let slab = &self.slab;
         let at = *self.index.find(hash, |at| {
-            slab[*at as usize].as_ref().is_some_and(|g| g.key == key)
+            slab[*at as usize]
+                .as_ref()
+                .is_some_and(|g| g.key.as_slice() == key)
         })?;
         self.mark(at);
         Some(at)
@@ -170,7 +176,9 @@ impl Groups {
         let slab = &self.slab;
         self.index
             .find(self.hash(key), |at| {
-                slab[*at as usize].as_ref().is_some_and(|g| g.key == key)
+                slab[*at as usize]
+                    .as_ref()
+                    .is_some_and(|g| g.key.as_slice() == key)
             })
             .is_some()
     }
@@ -222,8 +230,8 @@ impl Groups {
         let mut highest: Option<Vec<u8>> = None;
         for at in live.into_iter().take(cut + 1) {
             let group = self.remove(at);
-            if highest.as_ref().is_none_or(|h| group.key > *h) {
-                highest = Some(group.key);
+            if highest.as_deref().is_none_or(|h| group.key.as_slice() > h) {
+                highest = Some(group.key.to_vec());
             }
         }
         highest
@@ -243,8 +251,8 @@ impl Groups {
                     continue;
                 }
                 let group = self.remove(at);
-                if highest.as_ref().is_none_or(|h| group.key > *h) {
-                    highest = Some(group.key);
+                if highest.as_deref().is_none_or(|h| group.key.as_slice() > h) {
+                    highest = Some(group.key.to_vec());
                 }
             }
         }
@@ -258,7 +266,7 @@ mod tests {
 
     fn group(key: &[u8], close: i64) -> Group {
         Group {
-            key: key.to_vec(),
+            key: key.into(),
             state: GroupState::new(0),
             emitted: None,
             dirty: false,
@@ -311,7 +319,11 @@ mod tests {
             add(&mut groups, key, close, true);
         }
         assert!(groups.closes_by(1) && !groups.closes_by(0));
-        let closed: Vec<Vec<u8>> = groups.take_closing(1).into_iter().map(|g| g.key).collect();
+        let closed: Vec<Vec<u8>> = groups
+            .take_closing(1)
+            .into_iter()
+            .map(|g| g.key.to_vec())
+            .collect();
         assert_eq!(closed, vec![b"1a".to_vec(), b"1b".to_vec()]);
         // A group that went leaves its place in its window's bucket; the
         // group that takes the place next is not dropped with that window.
