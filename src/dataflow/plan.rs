@@ -37,6 +37,8 @@ use crate::error::{Error, Result};
 use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
 use crate::state::rows::projected::Projection;
 
+mod sliced;
+
 pub struct Planner<'a> {
     catalog: &'a Catalog,
     props: &'a ExecutionProps,
@@ -172,6 +174,11 @@ impl<'a> Planner<'a> {
             }
             LogicalPlan::Aggregate(a) => {
                 let window = self.window_close(a)?;
+                if let Some((close, true)) = window
+                    && let Some(node) = self.sliced(a, plan, close)?
+                {
+                    return Ok(node);
+                }
                 let input = self.node(&a.input)?;
                 let schema = a.input.schema();
                 let groups = a
@@ -406,6 +413,16 @@ impl<'a> Planner<'a> {
         scan: &datafusion::logical_expr::TableScan,
         window: WindowTable,
     ) -> Result<usize> {
+        self.window_scan_graced(scan, window, 0)
+    }
+
+    /// A window scan whose windows take rows until `grace` after their end.
+    fn window_scan_graced(
+        &mut self,
+        scan: &datafusion::logical_expr::TableScan,
+        window: WindowTable,
+        grace: i64,
+    ) -> Result<usize> {
         let table = window.relation.clone();
         let schema = window.schema();
         let columns: Vec<usize> = match &scan.projection {
@@ -441,7 +458,7 @@ impl<'a> Planner<'a> {
                 at[width + 1] = keep.len() + 1;
                 let assign =
                     WindowAssign::new(window.spec.clone(), schema.clone(), self.view_name.clone());
-                Box::new(assign.keeping(keep))
+                Box::new(assign.keeping(keep).with_grace(grace))
             }
         };
         let node = self.push(assign, Vec::new());

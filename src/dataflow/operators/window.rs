@@ -33,6 +33,12 @@ pub struct WindowAssign {
     /// The view being maintained, named in late events.
     view: String,
     watermark: Option<i64>,
+    /// How long after its end a window still takes rows: 0, except for the
+    /// slices of a sliced HOP, which stay open until the last hopping
+    /// window over them closes (see `plan::sliced`).
+    grace: i64,
+    /// Record no late events: the rows were judged upstream already.
+    quiet: bool,
 }
 
 impl WindowAssign {
@@ -46,7 +52,22 @@ impl WindowAssign {
             schema,
             view,
             watermark: None,
+            grace: 0,
+            quiet: false,
         }
+    }
+
+    /// Keep taking a window's rows until `grace` after its end; a row
+    /// that arrives after the end is still recorded as late.
+    pub fn with_grace(mut self, grace: i64) -> WindowAssign {
+        self.grace = grace;
+        self
+    }
+
+    /// Drop rows for final windows without recording them.
+    pub fn quiet(mut self) -> WindowAssign {
+        self.quiet = true;
+        self
     }
 
     /// Pass on only the input columns `keep`, in that order.
@@ -69,7 +90,12 @@ impl Operator for WindowAssign {
     }
 
     fn describe(&self) -> String {
-        format!("{:?} on {}", self.spec.kind, self.time_name)
+        let grace = if self.grace > 0 {
+            format!(" grace={}us", self.grace)
+        } else {
+            String::new()
+        };
+        format!("{:?} on {}{grace}", self.spec.kind, self.time_name)
     }
 
     fn on_changes(
@@ -80,9 +106,10 @@ impl Operator for WindowAssign {
     ) -> Result<()> {
         let times = self.spec.times(batch.rows())?;
         let assigned = self.spec.assign(&times);
-        let (kept, late) = split_late(assigned, self.watermark);
+        let (kept, late) = split_late(assigned, self.watermark, self.grace);
         if let Some(watermark) = self.watermark
             && !late.is_empty()
+            && !self.quiet
         {
             record_late(&self.view, batch.rows(), &times, &late, watermark, cx)?;
         }
@@ -107,18 +134,19 @@ impl Operator for WindowAssign {
     }
 }
 
-/// Pairs whose window is still open, and the rows of those that are final.
-pub fn split_late(assigned: Assigned, watermark: Option<i64>) -> (Assigned, Vec<u32>) {
+/// Pairs whose window still takes rows (until `grace` after its end), and
+/// the rows of the pairs whose window is final.
+pub fn split_late(assigned: Assigned, watermark: Option<i64>, grace: i64) -> (Assigned, Vec<u32>) {
     let Some(watermark) = watermark else {
         return (assigned, Vec::new());
     };
     let mut kept = Assigned::default();
     let mut late: Vec<u32> = Vec::new();
     for i in 0..assigned.rows.len() {
-        if assigned.ends[i] <= watermark {
-            if late.last() != Some(&assigned.rows[i]) {
-                late.push(assigned.rows[i]);
-            }
+        if assigned.ends[i] <= watermark && late.last() != Some(&assigned.rows[i]) {
+            late.push(assigned.rows[i]);
+        }
+        if assigned.ends[i].saturating_add(grace) <= watermark {
             continue;
         }
         kept.rows.push(assigned.rows[i]);
@@ -210,5 +238,29 @@ mod tests {
             "{}",
             state.late[0].row
         );
+    }
+
+    #[test]
+    fn a_grace_keeps_rows_past_a_window_end_and_still_records_them() {
+        // Slices of 10 with a grace of 20: the watermark is 35.
+        let assigned = Assigned {
+            rows: vec![0, 1, 2, 3],
+            starts: vec![0, 10, 20, 30],
+            ends: vec![10, 20, 30, 40],
+        };
+        let (kept, late) = split_late(assigned, Some(35), 20);
+        assert_eq!(
+            kept.rows,
+            vec![1, 2, 3],
+            "only the slice ending at 10 is done"
+        );
+        assert_eq!(late, vec![0, 1, 2], "rows past their slice's end are late");
+        let plain = Assigned {
+            rows: vec![0, 1],
+            starts: vec![10, 20],
+            ends: vec![20, 30],
+        };
+        let (kept, late) = split_late(plain, Some(25), 0);
+        assert_eq!((kept.rows, late), (vec![1], vec![0]));
     }
 }
