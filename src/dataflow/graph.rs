@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::Int64Array;
+use datafusion::arrow::array::{BinaryArray, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 use crate::catalog::Table;
 use crate::dataflow::change::ChangeBatch;
@@ -26,7 +27,13 @@ pub struct Source {
     /// Decodes only the string columns the dataflow reads, when it reads
     /// fewer than all of them.
     pub projection: Option<Projection>,
+    /// Append each row as stored, in a last column ([`WHOLE_ROW`]), to a
+    /// projected batch: a window operator records a late row whole from it.
+    pub whole_rows: bool,
 }
+
+/// The column that carries each row as stored; see [`Source::whole_rows`].
+pub const WHOLE_ROW: &str = "__whole_row";
 
 impl Source {
     pub fn topic(&self) -> u64 {
@@ -49,9 +56,26 @@ impl Source {
             Some(projection) => projection.decode(encoded)?,
             None => self.table.codec.decode(encoded)?,
         };
+        let rows = match self.whole_rows && self.projection.is_some() {
+            true => with_whole_rows(rows, chunk)?,
+            false => rows,
+        };
         let diffs = Int64Array::from_iter_values(chunk.entries.iter().map(|e| e.diff));
         ChangeBatch::new(rows, diffs)
     }
+}
+
+/// `rows` with the chunk's rows as stored appended as [`WHOLE_ROW`].
+fn with_whole_rows(rows: RecordBatch, chunk: &Chunk<'_>) -> Result<RecordBatch> {
+    let stored = BinaryArray::from_iter_values(chunk.entries.iter().map(|e| e.row));
+    let mut fields = rows.schema().fields().to_vec();
+    fields.push(Arc::new(Field::new(WHOLE_ROW, DataType::Binary, false)));
+    let mut columns = rows.columns().to_vec();
+    columns.push(Arc::new(stored));
+    Ok(RecordBatch::try_new(
+        Arc::new(Schema::new(fields)),
+        columns,
+    )?)
 }
 
 pub struct Dataflow {

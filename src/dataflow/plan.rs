@@ -431,6 +431,7 @@ impl<'a> Planner<'a> {
         };
         // Where each scanned column lands in the window operator's output.
         let mut at: Vec<usize> = (0..schema.fields().len()).collect();
+        let mut projection = None;
         let assign: Box<dyn Operator> = match window.spec.kind {
             WindowKind::Session { gap } => {
                 if !table.def.append_only || table.def.is_view {
@@ -456,17 +457,26 @@ impl<'a> Planner<'a> {
                 }
                 at[width] = keep.len();
                 at[width + 1] = keep.len() + 1;
-                let assign =
-                    WindowAssign::new(window.spec.clone(), schema.clone(), self.view_name.clone());
-                Box::new(assign.keeping(keep).with_grace(grace))
+                let mut read = keep.clone();
+                read.push(window.spec.time_column);
+                projection = Projection::new(table.codec.schema(), &read)?;
+                let mut assign =
+                    WindowAssign::new(window.spec.clone(), schema.clone(), self.view_name.clone())
+                        .keeping(keep)
+                        .with_grace(grace);
+                if projection.is_some() {
+                    assign = assign.with_whole_rows(table.clone());
+                }
+                Box::new(assign)
             }
         };
         let node = self.push(assign, Vec::new());
-        // Late rows are recorded whole, so a window's input decodes them so.
+        // Late rows are recorded whole: a projected input carries them as stored.
         self.sources.push(Source {
+            whole_rows: projection.is_some(),
             table,
             node,
-            projection: None,
+            projection,
         });
         let exprs = columns
             .iter()
@@ -506,6 +516,7 @@ impl<'a> Planner<'a> {
             table,
             node,
             projection,
+            whole_rows: false,
         });
         Ok(node)
     }

@@ -682,6 +682,17 @@ impl Aggregate {
             (group.key.as_slice(), &group.state)
         });
         let columns = self.output_columns(settled)?;
+        if closed && which.iter().all(|i| groups.group(*i).emitted.is_none()) {
+            // Final rows of groups that never emitted one (on window close):
+            // all are new, so none needs comparing in row format.
+            for at in which {
+                let group = groups.group_mut(*at);
+                write_group(cx, group, None, last);
+                self.forget_values(&group.key, cx)?;
+            }
+            out.insert.push(columns);
+            return Ok(());
+        }
         let rows = self.output.convert_columns(&columns)?;
         let mut changed: Vec<u32> = Vec::new();
         let mut value = Vec::new();

@@ -14,12 +14,13 @@ use datafusion::arrow::compute::{take, take_record_batch};
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
 
+use crate::catalog::Table;
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::late::rows_as_json;
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::LateEvent;
 use crate::dataflow::window::{Assigned, WindowSpec};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub struct WindowAssign {
     spec: WindowSpec,
@@ -39,6 +40,9 @@ pub struct WindowAssign {
     grace: i64,
     /// Record no late events: the rows were judged upstream already.
     quiet: bool,
+    /// The table whose rows arrive projected, each also as stored in a
+    /// last column: late rows are recorded whole from it.
+    whole: Option<Arc<Table>>,
 }
 
 impl WindowAssign {
@@ -54,7 +58,15 @@ impl WindowAssign {
             watermark: None,
             grace: 0,
             quiet: false,
+            whole: None,
         }
+    }
+
+    /// Rows arrive with only the columns the view reads decoded, and each
+    /// row as stored of `table` in a last column.
+    pub fn with_whole_rows(mut self, table: Arc<Table>) -> WindowAssign {
+        self.whole = Some(table);
+        self
     }
 
     /// Keep taking a window's rows until `grace` after its end; a row
@@ -111,7 +123,7 @@ impl Operator for WindowAssign {
             && !late.is_empty()
             && !self.quiet
         {
-            record_late(&self.view, batch.rows(), &times, &late, watermark, cx)?;
+            self.record(batch.rows(), &times, &late, watermark, cx)?;
         }
         if kept.rows.is_empty() {
             return Ok(());
@@ -131,6 +143,31 @@ impl Operator for WindowAssign {
     fn on_watermark(&mut self, wm: Watermark, _cx: &mut Context<'_>) -> Result<Option<Watermark>> {
         self.watermark = self.watermark.max(Some(wm.micros));
         Ok(Some(wm))
+    }
+}
+
+impl WindowAssign {
+    /// Record the `late` rows of `rows`, whole.
+    fn record(
+        &self,
+        rows: &RecordBatch,
+        times: &Int64Array,
+        late: &[u32],
+        watermark: i64,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let Some(table) = &self.whole else {
+            return record_late(&self.view, rows, times, late, watermark, cx);
+        };
+        let stored = rows
+            .column(rows.num_columns() - 1)
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| Error::Internal("a window's input lacks its stored rows".into()))?;
+        let whole = table
+            .codec
+            .decode(late.iter().map(|row| stored.value(*row as usize)))?;
+        let times = late.iter().map(|row| times.value(*row as usize));
+        record_rows(&self.view, &whole, times, watermark, cx)
     }
 }
 
@@ -167,11 +204,23 @@ pub fn record_late(
     cx: &mut Context<'_>,
 ) -> Result<()> {
     let late_rows = take_record_batch(rows, &UInt32Array::from(late.to_vec()))?;
-    let json = rows_as_json(&late_rows)?;
-    for (i, row) in late.iter().enumerate() {
+    let times = late.iter().map(|row| times.value(*row as usize));
+    record_rows(view, &late_rows, times, watermark, cx)
+}
+
+/// Note late rows, with their event times, in the epoch.
+fn record_rows(
+    view: &str,
+    rows: &RecordBatch,
+    times: impl Iterator<Item = i64>,
+    watermark: i64,
+    cx: &mut Context<'_>,
+) -> Result<()> {
+    let json = rows_as_json(rows)?;
+    for (i, event_time) in times.enumerate() {
         cx.state.late.push(LateEvent {
             object: view.to_string(),
-            event_time: times.value(*row as usize),
+            event_time,
             watermark,
             row: json.get(i).cloned().unwrap_or_default(),
         });

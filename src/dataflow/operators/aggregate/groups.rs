@@ -195,7 +195,7 @@ impl Groups {
     pub fn take_closing(&mut self, close: i64) -> Vec<Group> {
         let later = self.by_close.split_off(&close.saturating_add(1));
         let closing = std::mem::replace(&mut self.by_close, later);
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(closing.values().map(Vec::len).sum());
         for (time, positions) in closing {
             for at in positions {
                 let live = self.slab[at as usize]
