@@ -71,7 +71,7 @@ DEFAULT_WEIR_BIN = os.path.join(TARGET_DIR, "release", "weir")
 DEFAULT_FLINK_PYTHON = os.path.expanduser("~/.cache/weir-tools/flink-venv/bin/python")
 BASE_TIME = 1_436_918_400_000
 TABLES = Q.TABLES
-ALL_QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8"]
+ALL_QUERIES = ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q7_tumble", "q8"]
 
 
 def log(msg: str) -> None:
