@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{BinaryArray, Int64Array, RecordBatch};
+use datafusion::arrow::array::{BinaryBuilder, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 use crate::catalog::Table;
@@ -56,7 +56,7 @@ impl Source {
             Some(projection) => projection.decode(encoded)?,
             None => self.table.codec.decode(encoded)?,
         };
-        let rows = match self.whole_rows && self.projection.is_some() {
+        let rows = match self.whole_rows {
             true => with_whole_rows(rows, chunk)?,
             false => rows,
         };
@@ -67,7 +67,13 @@ impl Source {
 
 /// `rows` with the chunk's rows as stored appended as [`WHOLE_ROW`].
 fn with_whole_rows(rows: RecordBatch, chunk: &Chunk<'_>) -> Result<RecordBatch> {
-    let stored = BinaryArray::from_iter_values(chunk.entries.iter().map(|e| e.row));
+    // Sized up front: growing the buffer row by row copied it over and over.
+    let bytes = chunk.entries.iter().map(|e| e.row.len()).sum();
+    let mut stored = BinaryBuilder::with_capacity(chunk.entries.len(), bytes);
+    for entry in &chunk.entries {
+        stored.append_value(entry.row);
+    }
+    let stored = stored.finish();
     let mut fields = rows.schema().fields().to_vec();
     fields.push(Arc::new(Field::new(WHOLE_ROW, DataType::Binary, false)));
     let mut columns = rows.columns().to_vec();

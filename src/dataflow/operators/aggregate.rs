@@ -98,13 +98,14 @@ pub struct AggSpec {
 
 /// Running state of one group: its row count and one slot per aggregate,
 /// in one allocation so that updating a group touches one place in memory.
-/// The slots of up to two aggregates are held inline: a windowed view opens
-/// a group for every key in every window, and a second allocation for each
-/// cost as much as finding the group.
+/// The slot of a single aggregate is held inline: a windowed view opens a
+/// group for every key in every window, and a second allocation for each
+/// cost as much as finding the group. More inline slots would make every
+/// group larger to move when its window closes.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct GroupState {
     rows: i64,
-    slots: smallvec::SmallVec<[Slot; 2]>,
+    slots: smallvec::SmallVec<[Slot; 1]>,
 }
 
 /// One aggregate's running state in one group.
