@@ -85,6 +85,7 @@ pub enum AggKind {
     Accumulator,
 }
 
+#[derive(Clone)]
 pub struct AggSpec {
     pub kind: AggKind,
     /// The input never retracts, so min and max need no multiset.

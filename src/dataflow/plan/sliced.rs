@@ -58,6 +58,8 @@ struct Slicing<'p> {
     slide: i64,
     size: i64,
     groups: Vec<GroupColumn>,
+    /// Where `window_start` is in the scan's output.
+    start: usize,
     aggs: Vec<AggSpec>,
 }
 
@@ -104,9 +106,12 @@ impl Planner<'_> {
         let Some(groups) = group_columns(a, scan, &window) else {
             return Ok(None);
         };
-        if !groups.iter().any(|g| matches!(g, GroupColumn::Start(_))) {
+        let Some(start) = groups.iter().find_map(|g| match g {
+            GroupColumn::Start(at) => Some(*at),
+            _ => None,
+        }) else {
             return Ok(None);
-        }
+        };
         if a.aggr_expr.iter().any(|e| reads_a_bound(e, scan, &window)) {
             return Ok(None);
         }
@@ -125,6 +130,7 @@ impl Planner<'_> {
             slide,
             size,
             groups,
+            start,
             aggs,
         }))
     }
@@ -139,12 +145,7 @@ impl Planner<'_> {
         };
         let input = self.window_scan_graced(s.scan, slices, s.size - s.slide)?;
         let scanned = s.scan.projected_schema.as_arrow();
-        let start = s.groups.iter().find_map(|g| match g {
-            GroupColumn::Start(at) => Some(*at),
-            _ => None,
-        });
-        let start = start.expect("a sliced aggregate groups by window_start");
-        let columns: Vec<usize> = plain(&s.groups).chain([start]).collect();
+        let columns: Vec<usize> = plain(&s.groups).chain([s.start]).collect();
         let groups = columns
             .iter()
             .map(|at| column(scanned.field(*at).name(), *at))
@@ -162,7 +163,7 @@ impl Planner<'_> {
             column: columns.len() - 1,
             offset: s.slide,
         };
-        let aggs = s.aggs.iter().map(copy_spec).collect();
+        let aggs = s.aggs.clone();
         let schema = Schema::new(fields);
         let op = Aggregate::new(groups, types, aggs, Arc::new(schema.clone()))?
             .with_window(close, true)?;
@@ -296,16 +297,6 @@ fn parts(plan: &LogicalPlan, groups: usize, aggs: usize) -> impl Iterator<Item =
         let result = output.field(groups + i).data_type().clone();
         Field::new(format!("part{i}"), result, true)
     })
-}
-
-fn copy_spec(spec: &AggSpec) -> AggSpec {
-    AggSpec {
-        kind: spec.kind,
-        append_only: true,
-        arg: spec.arg.clone(),
-        arg_type: spec.arg_type.clone(),
-        accumulator: None,
-    }
 }
 
 /// The aggregate that combines slices' parts, read from column `at`.
