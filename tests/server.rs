@@ -692,7 +692,7 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
     let client = server.connect().await;
     client
         .batch_execute(&format!(
-            "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP,
+            "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP, note VARCHAR,
                WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY;
              CREATE MATERIALIZED VIEW closed AS {WINDOWED} EMIT ON WINDOW CLOSE;
              CREATE MATERIALIZED VIEW sessions AS SELECT k, window_start, window_end, count(*) AS n
@@ -705,7 +705,7 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
         let values: Vec<String> = (0..5)
             .map(|k| {
                 let at = second * 1000 - (k * 300) % 900;
-                format!("({k}, {second}, TIMESTAMP '2024-01-01 00:00:00' + INTERVAL '{at} milliseconds')")
+                format!("({k}, {second}, TIMESTAMP '2024-01-01 00:00:00' + INTERVAL '{at} milliseconds', 'on time')")
             })
             .collect();
         client
@@ -739,7 +739,9 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
 
     // The watermark survived too: a row for a final window is late.
     client
-        .batch_execute("INSERT INTO ev VALUES (0, 999, TIMESTAMP '2024-01-01 00:00:01'); FLUSH")
+        .batch_execute(
+            "INSERT INTO ev VALUES (0, 999, TIMESTAMP '2024-01-01 00:00:01', 'late'); FLUSH",
+        )
         .await
         .expect("late row");
     assert_eq!(rows(&client, "SELECT * FROM closed").await, expected);
@@ -749,6 +751,9 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
         rows(&client, "SELECT object FROM late_events").await,
         vec!["closed".to_string()]
     );
+    // The view reads no string, yet the late row is recorded whole.
+    let recorded = rows(&client, "SELECT row_json FROM late_events").await;
+    assert!(recorded[0].contains("\"note\":\"late\""), "{recorded:?}");
     assert!(
         metrics(&server)
             .await
@@ -758,6 +763,45 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
         count(&client, "SELECT sum(n) FROM sessions").await,
         count(&client, "SELECT count(*) FROM ev").await
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_row_read_first_after_a_restart_is_recorded_whole() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE ev (k BIGINT, ts TIMESTAMP, note VARCHAR,
+               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY;
+             CREATE MATERIALIZED VIEW w AS SELECT k, window_start, count(*) AS n
+               FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY k, window_start
+               EMIT ON WINDOW CLOSE;
+             INSERT INTO ev VALUES (1, '2024-01-01 00:01:00', 'on time');
+             FLUSH",
+        )
+        .await
+        .expect("setup");
+    drop(client);
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    // The view reads no string, so its input is decoded in part. The late
+    // row leads a write of two log chunks, and only the second carries the
+    // watermark: what tells the row may be late is the restored watermark.
+    let on_time = (0..4200).map(|_| "(1, '2024-01-01 00:01:01', 'on time')".to_string());
+    let values: Vec<String> = std::iter::once("(2, '2024-01-01 00:00:01', 'late')".to_string())
+        .chain(on_time)
+        .collect();
+    client
+        .batch_execute(&format!(
+            "INSERT INTO ev VALUES {}; FLUSH",
+            values.join(", ")
+        ))
+        .await
+        .expect("insert");
+    let recorded = rows(&client, "SELECT object, row_json FROM late_events").await;
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert!(recorded[0].contains("\"note\":\"late\""), "{recorded:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

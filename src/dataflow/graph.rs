@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{BinaryBuilder, Int64Array, RecordBatch};
+use datafusion::arrow::array::{Array, BinaryArray, BinaryBuilder, Int64Array, RecordBatch};
+use datafusion::arrow::buffer::{Buffer, OffsetBuffer};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
-use crate::catalog::Table;
+use crate::catalog::{Table, micros};
 use crate::dataflow::change::ChangeBatch;
 use crate::dataflow::operator::Operator;
 use crate::error::Result;
@@ -27,9 +28,10 @@ pub struct Source {
     /// Decodes only the string columns the dataflow reads, when it reads
     /// fewer than all of them.
     pub projection: Option<Projection>,
-    /// Append each row as stored, in a last column ([`WHOLE_ROW`]), to a
-    /// projected batch: a window operator records a late row whole from it.
-    pub whole_rows: bool,
+    /// For a window operator's input decoded in part: its event-time
+    /// column. Each row that could be late is appended as stored, in a last
+    /// column ([`WHOLE_ROW`]), for the operator to record whole.
+    pub whole_rows: Option<usize>,
 }
 
 /// The column that carries each row as stored; see [`Source::whole_rows`].
@@ -49,31 +51,63 @@ impl Source {
         }
     }
 
-    /// Decode a log chunk into changes in the table's schema.
-    pub fn decode(&self, chunk: &Chunk<'_>) -> Result<ChangeBatch> {
+    /// Decode a log chunk into changes in the table's schema. No watermark
+    /// the operator fed has seen is above `bound`, the highest this source
+    /// has read, this chunk's included.
+    pub fn decode(&self, chunk: &Chunk<'_>, bound: Option<i64>) -> Result<ChangeBatch> {
         let encoded = chunk.entries.iter().map(|e| e.row);
         let rows = match &self.projection {
             Some(projection) => projection.decode(encoded)?,
             None => self.table.codec.decode(encoded)?,
         };
         let rows = match self.whole_rows {
-            true => with_whole_rows(rows, chunk)?,
-            false => rows,
+            Some(time) => with_whole_rows(rows, chunk, time, bound)?,
+            None => rows,
         };
         let diffs = Int64Array::from_iter_values(chunk.entries.iter().map(|e| e.diff));
         ChangeBatch::new(rows, diffs)
     }
 }
 
-/// `rows` with the chunk's rows as stored appended as [`WHOLE_ROW`].
-fn with_whole_rows(rows: RecordBatch, chunk: &Chunk<'_>) -> Result<RecordBatch> {
+/// `rows` with a last column, [`WHOLE_ROW`], holding as stored each row
+/// that could be late, and nothing for the others.
+///
+/// A row is late only if one of its windows ended by the watermark, and
+/// every window of a row ends after its event time: a row whose time is at
+/// or above `bound` cannot be late. Rows mostly arrive ahead of the
+/// watermark, so most are not copied at all.
+fn with_whole_rows(
+    rows: RecordBatch,
+    chunk: &Chunk<'_>,
+    time: usize,
+    bound: Option<i64>,
+) -> Result<RecordBatch> {
+    let Some(bound) = bound else {
+        // No watermark yet: nothing is late.
+        let empty = OffsetBuffer::new_zeroed(chunk.entries.len());
+        return with_stored(
+            rows,
+            BinaryArray::new(empty, Buffer::from(Vec::<u8>::new()), None),
+        );
+    };
+    let times = micros(rows.column(time))?;
+    let may_be_late = |i: usize| times.is_valid(i) && times.value(i) < bound;
     // Sized up front: growing the buffer row by row copied it over and over.
-    let bytes = chunk.entries.iter().map(|e| e.row.len()).sum();
+    let bytes = (0..chunk.entries.len())
+        .filter(|i| may_be_late(*i))
+        .map(|i| chunk.entries[i].row.len())
+        .sum();
     let mut stored = BinaryBuilder::with_capacity(chunk.entries.len(), bytes);
-    for entry in &chunk.entries {
-        stored.append_value(entry.row);
+    for (i, entry) in chunk.entries.iter().enumerate() {
+        match may_be_late(i) {
+            true => stored.append_value(entry.row),
+            false => stored.append_value([]),
+        }
     }
-    let stored = stored.finish();
+    with_stored(rows, stored.finish())
+}
+
+fn with_stored(rows: RecordBatch, stored: BinaryArray) -> Result<RecordBatch> {
     let mut fields = rows.schema().fields().to_vec();
     fields.push(Arc::new(Field::new(WHOLE_ROW, DataType::Binary, false)));
     let mut columns = rows.columns().to_vec();

@@ -473,7 +473,7 @@ impl<'a> Planner<'a> {
         let node = self.push(assign, Vec::new());
         // Late rows are recorded whole: a projected input carries them as stored.
         self.sources.push(Source {
-            whole_rows: projection.is_some(),
+            whole_rows: projection.is_some().then_some(window.spec.time_column),
             table,
             node,
             projection,
@@ -516,7 +516,7 @@ impl<'a> Planner<'a> {
             table,
             node,
             projection,
-            whole_rows: false,
+            whole_rows: None,
         });
         Ok(node)
     }

@@ -180,6 +180,7 @@ pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) 
         outputs: source_outputs,
         offsets: resume.offsets,
         saved: marks.clone(),
+        bounds: marks.clone(),
         marks,
         partition_marks: HashMap::new(),
         idle: vec![false; count],
@@ -465,6 +466,10 @@ struct SourceTask {
     offsets: HashMap<(usize, u32), u64>,
     /// Per source: the highest watermark its topic has announced.
     marks: Vec<Option<i64>>,
+    /// Per source: the highest watermark read from its topic, or restored.
+    /// What the source has passed on, and so every watermark downstream,
+    /// is at most this.
+    bounds: Vec<Option<i64>>,
     /// Per source of several partitions and partition: the watermark of
     /// the last chunk read.
     partition_marks: HashMap<(usize, u32), i64>,
@@ -543,8 +548,10 @@ impl SourceTask {
                 }
                 let budget = (EPOCH_ROWS - (cursor.at - cursor.from)).min(ROUND_ROWS);
                 let (index, partition) = (cursor.source, cursor.partition);
+                let mut bound = self.bounds[index];
                 let (batches, read, next) =
-                    self.read_round(index, view, partition, cursor.at, budget)?;
+                    self.read_round(index, view, partition, cursor.at, budget, &mut bound)?;
+                self.bounds[index] = bound;
                 // With one partition, each write's watermark applies right
                 // after its rows; with several, after the epoch's reads.
                 let exact = self.sources[index].partitions() == 1;
@@ -620,7 +627,8 @@ impl SourceTask {
 
     /// Up to `budget` records of one partition from offset `at`, as change
     /// batches with the watermark that ends each; how many were read, and
-    /// the offset after the last (a compacted changelog has gaps).
+    /// the offset after the last (a compacted changelog has gaps). `bound`
+    /// rises to the highest watermark read.
     fn read_round(
         &self,
         index: usize,
@@ -628,6 +636,7 @@ impl SourceTask {
         partition: u32,
         at: u64,
         budget: u64,
+        bound: &mut Option<i64>,
     ) -> Result<(Vec<Marked>, u64, u64)> {
         let source = &self.sources[index];
         let mut batches = Vec::new();
@@ -635,6 +644,7 @@ impl SourceTask {
         let mut next = at;
         read_partition(view, source.topic(), partition, at, |base, chunk| {
             let take = (budget - read).min(chunk.entries.len() as u64) as usize;
+            *bound = (*bound).max(chunk.watermark);
             // A watermark holds only once its whole chunk has been read.
             let watermark = chunk.watermark.filter(|_| take == chunk.entries.len());
             let mut entries = chunk.entries;
@@ -644,7 +654,7 @@ impl SourceTask {
                 watermark,
                 stamp: chunk.stamp,
             };
-            batches.push((source.decode(&chunk)?, watermark));
+            batches.push((source.decode(&chunk, *bound)?, watermark));
             read += take as u64;
             next = base + take as u64;
             Ok(read < budget)

@@ -402,6 +402,7 @@ impl Aggregate {
             stored: was_stored,
             close: self.close_of(group),
             hash,
+            closing: false,
         };
         let windowed = self.window.is_some();
         Ok(self.groups_cache.insert(group, hash, windowed))
@@ -499,9 +500,16 @@ impl Operator for Aggregate {
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs().values();
         let mut slots: Vec<u32> = Vec::with_capacity(n);
+        // Runs of rows of one group are common (a hot key, a sorted input):
+        // a row of the group before needs no lookup.
+        let mut last: Option<(&[u8], u32)> = None;
         for row in 0..n {
             let key: &[u8] = keys.as_ref().map_or(&[], |rows| rows.row(row).data());
-            let slot = self.slot(key, cx)?;
+            let slot = match last {
+                Some((before, slot)) if before == key => slot,
+                _ => self.slot(key, cx)?,
+            };
+            last = Some((key, slot));
             self.groups_cache.get_mut(slot).state.rows += diffs[row];
             slots.push(slot);
         }
@@ -742,24 +750,49 @@ impl Aggregate {
         let mut out = Changes::default();
         self.close_stored(watermark, &mut out, cx)?;
         if self.groups_cache.closes_by(watermark) {
-            let mut closing = self.groups_cache.take_closing(watermark);
-            let mut emitting = Vec::new();
-            // Closed keys fall below the floor, which no later scan of
-            // state goes under, so their deletes need not be readable.
-            for (i, group) in closing.iter_mut().enumerate() {
-                if group.dirty || self.on_close {
-                    if self.settle(group, true, true, &mut out, cx)? == Fate::Emit {
-                        emitting.push(i);
-                    }
-                } else {
-                    write_group(cx, group, None, true);
-                    self.forget_values(&group.key, cx)?;
-                }
-            }
-            self.emit_rows(&mut closing, &emitting, true, true, &mut out, cx)?;
+            let mut groups = std::mem::take(&mut self.groups_cache);
+            let closed = self.close_groups(&mut groups, watermark, &mut out, cx);
+            self.groups_cache = groups;
+            closed?;
         }
         let batch = self.changes(out)?;
         cx.emit(batch);
+        Ok(())
+    }
+
+    /// Settle the groups in memory that close by `watermark` where they
+    /// lie, then drop them: moving each out of the slab first cost a copy
+    /// of every closing group.
+    fn close_groups(
+        &self,
+        groups: &mut Groups,
+        watermark: i64,
+        out: &mut Changes,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let positions = groups.closing(watermark);
+        let mut closing = Closing {
+            groups,
+            positions: &positions,
+        };
+        let mut emitting = Vec::new();
+        // Closed keys fall below the floor, which no later scan of state
+        // goes under, so their deletes need not be readable.
+        for i in 0..positions.len() {
+            let group = closing.group_mut(i);
+            if group.dirty || self.on_close {
+                if self.settle(group, true, true, out, cx)? == Fate::Emit {
+                    emitting.push(i);
+                }
+            } else {
+                write_group(cx, group, None, true);
+                self.forget_values(&group.key, cx)?;
+            }
+        }
+        self.emit_rows(&mut closing, &emitting, true, true, out, cx)?;
+        for at in positions {
+            groups.discard(at);
+        }
         Ok(())
     }
 
@@ -808,6 +841,7 @@ impl Aggregate {
                 dirty: false,
                 stored: true,
                 hash: 0,
+                closing: false,
             };
             self.resolve_extremes(&mut closing, cx)?;
             stored.push(closing);
@@ -1264,6 +1298,22 @@ impl Held for Groups {
 
     fn group_mut(&mut self, at: usize) -> &mut Group {
         self.get_mut(at as u32)
+    }
+}
+
+/// Groups listed by their places in the slab.
+struct Closing<'a> {
+    groups: &'a mut Groups,
+    positions: &'a [u32],
+}
+
+impl Held for Closing<'_> {
+    fn group(&self, at: usize) -> &Group {
+        self.groups.get(self.positions[at])
+    }
+
+    fn group_mut(&mut self, at: usize) -> &mut Group {
+        self.groups.get_mut(self.positions[at])
     }
 }
 

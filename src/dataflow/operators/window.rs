@@ -163,6 +163,14 @@ impl WindowAssign {
             .column(rows.num_columns() - 1)
             .as_binary_opt::<i32>()
             .ok_or_else(|| Error::Internal("a window's input lacks its stored rows".into()))?;
+        if late
+            .iter()
+            .any(|row| stored.value(*row as usize).is_empty())
+        {
+            return Err(Error::Internal(
+                "a late row reached a window without its stored bytes".into(),
+            ));
+        }
         let whole = table
             .codec
             .decode(late.iter().map(|row| stored.value(*row as usize)))?;

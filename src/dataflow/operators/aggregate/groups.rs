@@ -31,6 +31,8 @@ pub(super) struct Group {
     pub close: i64,
     /// The key's hash, kept so that taking the group out needs no second.
     pub hash: u64,
+    /// Listed among the groups whose window is closing.
+    pub closing: bool,
 }
 
 /// Which stored groups the cache is known to hold.
@@ -164,12 +166,17 @@ impl Groups {
     /// Take a group out of memory.
     pub fn remove(&mut self, at: u32) -> Group {
         let group = self.slab[at as usize].take().expect("live position");
-        if let Ok(entry) = self.index.find_entry(group.hash, |p| *p == at) {
+        self.unindex(at, group.hash);
+        group
+    }
+
+    /// Forget the group at `at`, which is gone or about to go.
+    fn unindex(&mut self, at: u32, hash: u64) {
+        if let Ok(entry) = self.index.find_entry(hash, |p| *p == at) {
             entry.remove();
         }
         self.free.push(at);
         self.len -= 1;
-        group
     }
 
     pub fn contains(&self, key: &[u8]) -> bool {
@@ -191,22 +198,34 @@ impl Groups {
             .is_some_and(|first| *first <= close)
     }
 
-    /// Take out every windowed group that closes by `close`.
-    pub fn take_closing(&mut self, close: i64) -> Vec<Group> {
+    /// The positions of the windowed groups that close by `close`, the
+    /// earliest closing first, each once. The groups stay where they are,
+    /// to be settled in place and then [discarded](Groups::discard).
+    pub fn closing(&mut self, close: i64) -> Vec<u32> {
         let later = self.by_close.split_off(&close.saturating_add(1));
         let closing = std::mem::replace(&mut self.by_close, later);
         let mut out = Vec::with_capacity(closing.values().map(Vec::len).sum());
         for (time, positions) in closing {
             for at in positions {
-                let live = self.slab[at as usize]
-                    .as_ref()
-                    .is_some_and(|g| g.close == time);
-                if live {
-                    out.push(self.remove(at));
+                // A place left by a group and taken by one of the same
+                // closing time is listed twice.
+                let group = self.slab[at as usize]
+                    .as_mut()
+                    .filter(|g| g.close == time && !g.closing);
+                if let Some(group) = group {
+                    group.closing = true;
+                    out.push(at);
                 }
             }
         }
         out
+    }
+
+    /// Drop the group at `at` where it lies.
+    pub fn discard(&mut self, at: u32) {
+        let hash = self.get(at).hash;
+        self.unindex(at, hash);
+        self.slab[at as usize] = None;
     }
 
     /// Drop groups, written back already, until at most `keep` are left,
@@ -273,6 +292,7 @@ mod tests {
             stored: false,
             close,
             hash: 0,
+            closing: false,
         }
     }
 
@@ -319,12 +339,15 @@ mod tests {
             add(&mut groups, key, close, true);
         }
         assert!(groups.closes_by(1) && !groups.closes_by(0));
-        let closed: Vec<Vec<u8>> = groups
-            .take_closing(1)
-            .into_iter()
-            .map(|g| g.key.to_vec())
+        let closing = groups.closing(1);
+        let closed: Vec<Vec<u8>> = closing
+            .iter()
+            .map(|at| groups.get(*at).key.to_vec())
             .collect();
         assert_eq!(closed, vec![b"1a".to_vec(), b"1b".to_vec()]);
+        for at in closing {
+            groups.discard(at);
+        }
         // A group that went leaves its place in its window's bucket; the
         // group that takes the place next is not dropped with that window.
         let hash = groups.hash(b"2a");
@@ -334,7 +357,9 @@ mod tests {
         // Keeping one group drops the rest of window 2, then window 3.
         assert_eq!(groups.evict(1, true), Some(b"3a".to_vec()));
         assert_eq!(groups.len(), 1);
-        assert_eq!(groups.take_closing(4).len(), 1);
+        let closing = groups.closing(4);
+        assert_eq!(closing.len(), 1);
+        groups.discard(closing[0]);
         assert_eq!(groups.len(), 0);
     }
 }
