@@ -3,6 +3,7 @@
 mod common;
 
 use common::TestServer;
+use weir::log::embedded::CHUNK_ROWS;
 
 async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.expect("query").get(0)
@@ -788,7 +789,7 @@ async fn a_late_row_read_first_after_a_restart_is_recorded_whole() {
     // The view reads no string, so its input is decoded in part. The late
     // row leads a write of two log chunks, and only the second carries the
     // watermark: what tells the row may be late is the restored watermark.
-    let on_time = (0..4200).map(|_| "(1, '2024-01-01 00:01:01', 'on time')".to_string());
+    let on_time = (0..CHUNK_ROWS).map(|_| "(1, '2024-01-01 00:01:01', 'on time')".to_string());
     let values: Vec<String> = std::iter::once("(2, '2024-01-01 00:00:01', 'late')".to_string())
         .chain(on_time)
         .collect();

@@ -3,8 +3,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, BinaryArray, BinaryBuilder, Int64Array, RecordBatch};
-use datafusion::arrow::buffer::{Buffer, OffsetBuffer};
+use datafusion::arrow::array::{Array, BinaryBuilder, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 
 use crate::catalog::{Table, micros};
@@ -82,16 +81,10 @@ fn with_whole_rows(
     time: usize,
     bound: Option<i64>,
 ) -> Result<RecordBatch> {
-    let Some(bound) = bound else {
-        // No watermark yet: nothing is late.
-        let empty = OffsetBuffer::new_zeroed(chunk.entries.len());
-        return with_stored(
-            rows,
-            BinaryArray::new(empty, Buffer::from(Vec::<u8>::new()), None),
-        );
-    };
     let times = micros(rows.column(time))?;
-    let may_be_late = |i: usize| times.is_valid(i) && times.value(i) < bound;
+    // Without a watermark, nothing is late.
+    let may_be_late =
+        |i: usize| bound.is_some_and(|bound| times.is_valid(i) && times.value(i) < bound);
     // Sized up front: growing the buffer row by row copied it over and over.
     let bytes = (0..chunk.entries.len())
         .filter(|i| may_be_late(*i))
@@ -104,10 +97,7 @@ fn with_whole_rows(
             false => stored.append_value([]),
         }
     }
-    with_stored(rows, stored.finish())
-}
-
-fn with_stored(rows: RecordBatch, stored: BinaryArray) -> Result<RecordBatch> {
+    let stored = stored.finish();
     let mut fields = rows.schema().fields().to_vec();
     fields.push(Arc::new(Field::new(WHOLE_ROW, DataType::Binary, false)));
     let mut columns = rows.columns().to_vec();
