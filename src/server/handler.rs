@@ -157,7 +157,6 @@ impl QueryHandler {
         statement: Statement,
         params: Option<&datafusion::common::ParamValues>,
         format: &Format,
-        format_options: Arc<FormatOptions>,
     ) -> PgWireResult<Response>
     where
         C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
@@ -188,9 +187,10 @@ impl QueryHandler {
                     sockets: &self.sockets,
                     subscription: *subscription,
                 };
-                stream_copy(client, stream, format_options).await
+                let options = format_options(client.metadata());
+                stream_copy(client, stream, options).await
             }
-            Ok(output) => to_response(output, format, format_options),
+            Ok(output) => to_response(output, format, client.metadata()),
             Err(e) => {
                 Metrics::add(&self.engine.metrics.statement_errors, 1);
                 tracing::debug!(code = e.sqlstate(), error = %e, "statement failed");
@@ -284,10 +284,11 @@ fn format_options(metadata: &std::collections::HashMap<String, String>) -> Arc<F
     Arc::new(options)
 }
 
+/// The client's settings are read only for rows: a write's reply skips them.
 fn to_response(
     output: Output,
     format: &Format,
-    options: Arc<FormatOptions>,
+    metadata: &std::collections::HashMap<String, String>,
 ) -> PgWireResult<Response> {
     Ok(match output {
         Output::Rows {
@@ -295,7 +296,8 @@ fn to_response(
             batches,
             tag,
         } => {
-            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, Some(options))?);
+            let options = Some(format_options(metadata));
+            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, options)?);
             let rows: Vec<_> = batches
                 .into_iter()
                 .map(|batch| super::text::timestamps_as_postgres(batch, &fields))
@@ -324,7 +326,7 @@ fn to_response(
             schema,
             batches,
             format,
-        } => copy_out_rows(schema, batches, format, options)?,
+        } => copy_out_rows(schema, batches, format, format_options(metadata))?,
         Output::CopyOut(_) => {
             return Err(to_pg_error(Error::Internal(
                 "a change stream reached the row encoder".into(),
@@ -379,18 +381,10 @@ impl SimpleQueryHandler for QueryHandler {
         };
         let shared = session_of(client);
         let mut session = shared.lock().await;
-        let options = format_options(client.metadata());
         let mut responses = Vec::with_capacity(statements.len());
         for statement in statements {
             let result = self
-                .run(
-                    client,
-                    &mut session,
-                    statement,
-                    None,
-                    &Format::UnifiedText,
-                    options.clone(),
-                )
+                .run(client, &mut session, statement, None, &Format::UnifiedText)
                 .await;
             send_notices(client, &mut session).await?;
             match result {
@@ -559,7 +553,6 @@ impl ExtendedQueryHandler for QueryHandler {
         };
         let shared = session_of(client);
         let mut session = shared.lock().await;
-        let options = format_options(client.metadata());
         let result = self
             .run(
                 client,
@@ -567,7 +560,6 @@ impl ExtendedQueryHandler for QueryHandler {
                 prepared.statement.clone(),
                 params.as_ref(),
                 &portal.result_column_format,
-                options,
             )
             .await;
         send_notices(client, &mut session).await?;

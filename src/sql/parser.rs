@@ -3,6 +3,8 @@
 //! `FLUSH`, `SHOW TABLES`, ...), recognised on the token stream before the
 //! remainder is handed to `sqlparser`.
 
+use std::sync::Arc;
+
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use sqlparser::ast;
 use sqlparser::dialect::PostgreSqlDialect;
@@ -50,7 +52,8 @@ pub enum Statement {
     AdvanceClock(Box<ast::Expr>),
     Transaction(Transaction),
     /// Statements planned by DataFusion: queries, INSERT, UPDATE, DELETE, EXPLAIN.
-    Query(Box<ast::Statement>),
+    /// Shared, so that running a prepared statement again copies no syntax tree.
+    Query(Arc<ast::Statement>),
     CreateView(CreateView),
     /// `CREATE VIEW name AS query`: a named query, inlined where used.
     CreateLogicalView(CreateView),
@@ -272,7 +275,7 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
     })?;
     fix_distinct_from(&mut statements);
     match statements.len() {
-        1 => Ok(Statement::Query(Box::new(statements.remove(0)))),
+        1 => Ok(Statement::Query(Arc::new(statements.remove(0)))),
         _ => Err(Error::Syntax("expected exactly one statement".into())),
     }
 }
