@@ -827,7 +827,21 @@ def summarize(runs: list[Run], systems: list[str], phases: list[str]) -> dict:
                 entry["latency_p50_ms"] = statistics.median(r.latency_ms["p50"] for r in rs)
                 entry["latency_p99_ms"] = statistics.median(r.latency_ms["p99"] for r in rs)
             out.setdefault(phase, {})[sysname] = entry
+        pairs = pair_ratios(runs, phase)
+        if pairs:
+            out[phase]["pair_ratio_median"] = statistics.median(pairs)
+            out[phase]["pairs_weir_ahead"] = sum(r >= 1 for r in pairs)
+            out[phase]["pairs"] = len(pairs)
     return out
+
+
+def pair_ratios(runs: list[Run], phase: str) -> list[float]:
+    """weir / PostgreSQL rows/s of each repeat, the two run back to back."""
+    by_repeat: dict[int, dict[str, float]] = {}
+    for r in runs:
+        if r.phase == phase:
+            by_repeat.setdefault(r.repeat, {})[r.system] = r.rows_per_sec
+    return [v["weir"] / v["pg"] for v in by_repeat.values() if v.get("weir") and v.get("pg")]
 
 
 def markdown(args, servers: list[Server], runs: list[Run], summary: dict, memory: dict, machine: dict) -> str:
@@ -843,6 +857,15 @@ def markdown(args, servers: list[Server], runs: list[Run], summary: dict, memory
         r = fmt_ratio(val(phase, "weir", metric), val(phase, "pg", metric)) if ratio else "—"
         lines.append(f"| {label} | " + " | ".join(cells) + f" | {r} |")
 
+    def pairs_row(label, phase):
+        entry = summary.get(phase, {})
+        if "pair_ratio_median" not in entry:
+            return
+        lines.append(
+            f"| {label}: median of the run-by-run ratios (pairs weir won) | — | — | "
+            f"{entry['pair_ratio_median']:.2f}× ({entry['pairs_weir_ahead']} of {entry['pairs']}) |"
+        )
+
     n = args.concurrency
     dur = (f"{args.insert_count:,} rows per run" if args.insert_count
            else f"{args.insert_seconds:g} s per run")
@@ -853,7 +876,8 @@ def markdown(args, servers: list[Server], runs: list[Run], summary: dict, memory
         f"price BIGINT)` with `COPY ... FROM STDIN` (text format), and single-row parameterised "
         f"`INSERT`s (extended protocol, autocommit, {dur}) from 1 and from {n} connections. "
         f"Median of {args.repeat} run{'s' if args.repeat != 1 else ''} per system, the systems "
-        f"alternating run by run; higher rows/s is better, lower memory is better."
+        f"alternating run by run (each pair starting with the one that went second before); "
+        f"higher rows/s is better, lower memory is better."
     )
     lines.append("")
     lines.append("| Workload | weir | PostgreSQL 15 | weir / PostgreSQL |")
@@ -864,8 +888,10 @@ def markdown(args, servers: list[Server], runs: list[Run], summary: dict, memory
         row("Bulk load until queryable¹ (rows/s)", "copy", "visible_rows_per_sec")
     if "insert" in phases:
         row("`INSERT`, 1 connection (rows/s)", "insert", "rows_per_sec")
+        pairs_row("`INSERT`, 1 connection", "insert")
     if "insert-concurrent" in phases:
         row(f"`INSERT`, {n} connections (rows/s)", "insert-concurrent", "rows_per_sec")
+        pairs_row(f"`INSERT`, {n} connections", "insert-concurrent")
     if "insert" in phases:
         cells = []
         for k, _ in cols:
@@ -1054,7 +1080,11 @@ def main(argv: list[str]) -> int:
 
         for phase in [p for p in PHASES if p in args.phases]:
             for rep in range(1, args.repeat + 1):
-                for s in servers:
+                # Each pair starts with the system that went second in the
+                # pair before, so that a drift in the machine's speed does
+                # not favour one system.
+                order = servers if rep % 2 else servers[::-1]
+                for s in order:
                     s.check_alive()
                     time.sleep(args.settle_seconds)
                     table = f"bench_{phase.replace('-', '_')}_{rep}"

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, new_empty_array, new_null_array};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::{ParamValues, ScalarValue};
 use sqlparser::ast;
@@ -60,6 +60,10 @@ pub fn recognise<'a>(engine: &Engine, statement: &'a ast::Statement) -> Option<V
             })
             .collect::<Option<Vec<_>>>()?
     };
+    // A column named twice is the planner's error to report.
+    if (1..columns.len()).any(|i| columns[..i].contains(&columns[i])) {
+        return None;
+    }
     let rows: Vec<&[ast::Expr]> = values.rows.iter().map(|r| r.content.as_slice()).collect();
     if rows
         .iter()
@@ -121,39 +125,50 @@ impl ValuesInsert<'_> {
 
     fn batch(&self, params: Option<&ParamValues>) -> Result<RecordBatch> {
         let schema = &self.table.schema;
-        let mut values: Vec<Vec<ScalarValue>> = schema
+        let rows = self.rows.len();
+        let columns: Vec<ArrayRef> = schema
             .fields()
             .iter()
-            .map(|f| {
-                let null = ScalarValue::try_from(f.data_type())?;
-                Ok(vec![null; self.rows.len()])
-            })
-            .collect::<Result<_>>()?;
-        for (r, row) in self.rows.iter().enumerate() {
-            for (expr, column) in row.iter().zip(&self.columns) {
-                let field = schema.field(*column);
-                let value = literal(expr, params)?;
-                values[*column][r] = cast(
-                    value,
-                    field.data_type(),
-                    &self.table.def.columns[*column].sql_type,
-                )?;
-            }
-        }
-        let columns: Vec<ArrayRef> = values
-            .into_iter()
-            .zip(schema.fields())
-            .map(|(column, field)| {
-                if column.is_empty() {
-                    return Ok(datafusion::arrow::array::new_empty_array(field.data_type()));
-                }
-                ScalarValue::iter_to_array(column).map_err(Error::from)
+            .enumerate()
+            .map(|(column, field)| match self.position_of(column) {
+                Some(at) => self.column(at, column, field.data_type(), params),
+                None => Ok(new_null_array(field.data_type(), rows)),
             })
             .collect::<Result<_>>()?;
         Ok(RecordBatch::try_new(
             self.table.nullable_schema.clone(),
             columns,
         )?)
+    }
+
+    /// Where the statement gives values for table column `column`.
+    fn position_of(&self, column: usize) -> Option<usize> {
+        self.columns.iter().position(|c| *c == column)
+    }
+
+    /// The values at position `at` of every row, cast to the column's type.
+    fn column(
+        &self,
+        at: usize,
+        column: usize,
+        target: &DataType,
+        params: Option<&ParamValues>,
+    ) -> Result<ArrayRef> {
+        let sql_type = &self.table.def.columns[column].sql_type;
+        let value = |row: &[ast::Expr]| cast(literal(&row[at], params)?, target, sql_type);
+        // A single row, the common case, skips the general conversion.
+        if let [row] = self.rows.as_slice() {
+            return Ok(value(row)?.to_array_of_size(1)?);
+        }
+        let values = self
+            .rows
+            .iter()
+            .map(|row| value(row))
+            .collect::<Result<Vec<_>>>()?;
+        if values.is_empty() {
+            return Ok(new_empty_array(target));
+        }
+        Ok(ScalarValue::iter_to_array(values)?)
     }
 }
 
