@@ -53,7 +53,8 @@ pub async fn run(
                 };
                 Metrics::add(&engine.metrics.connections, 1);
                 let handlers = handlers.clone();
-                threads.spawn(&mut connections, async move {
+                let watched = socket.try_clone().ok().map(std::os::fd::OwnedFd::from);
+                threads.spawn(&mut connections, watched, async move {
                     let sockets = handlers.sockets.clone();
                     if let Err(e) = serve(socket, handlers).await {
                         tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
