@@ -88,6 +88,7 @@ fn main() -> anyhow::Result<()> {
         None => cli.serve,
     };
     weir::telemetry::init();
+    raise_open_file_limit();
     let overrides = Overrides {
         listen: args.listen,
         http_listen: args.http_listen,
@@ -109,6 +110,28 @@ fn main() -> anyhow::Result<()> {
     // Readers still running hold the store; RocksDB must close before the process exits.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     result
+}
+
+/// Raise the soft limit on open files to the hard one. Each connection
+/// holds two descriptors (its socket and the handle its thread polls) and
+/// RocksDB keeps its files open, so the common soft default of 1,024 would
+/// turn a few hundred clients away long before the machine is busy.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let (Some(current), Some(maximum)) = (limit.current, limit.maximum) else {
+        return;
+    };
+    if current >= maximum {
+        return;
+    }
+    let raised = Rlimit {
+        current: Some(maximum),
+        maximum: Some(maximum),
+    };
+    if let Err(e) = setrlimit(Resource::Nofile, raised) {
+        tracing::warn!(cause = %e, "cannot raise the open file limit");
+    }
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

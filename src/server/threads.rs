@@ -6,9 +6,10 @@
 //! socket handed the connection to the other worker, and each hand-off cost
 //! context switches on the statement's path; measured in `docs/benchmarks.md`.
 //!
-//! A thread serving one connection whose client answers quickly polls its
-//! socket briefly before sleeping ([`poll_before_park`]): waking a sleeping
-//! core for the client's next statement costs more than the poll.
+//! While the node has one connection and its client answers quickly, the
+//! connection's thread polls the socket briefly before sleeping
+//! ([`poll_before_park`]): waking a sleeping core for the client's next
+//! statement costs more than the poll.
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -124,7 +125,8 @@ fn start_thread(index: usize, open: Arc<AtomicUsize>) -> Result<Thread> {
 
 /// How long a thread polls its one socket before sleeping. A client that
 /// sends its next statement as soon as it has the reply does so well within
-/// this; one that does not costs the thread this much once.
+/// this; one that answers later than [`QUICK`] costs the thread this much
+/// once.
 const POLL_FOR: Duration = Duration::from_micros(100);
 
 /// A sleep longer than this means the client is not answering at once:
@@ -242,6 +244,7 @@ mod tests {
             .map(|t| t.open.load(Ordering::Relaxed))
             .sum();
         assert_eq!(open, 0);
+        assert_eq!(threads.open.load(Ordering::Relaxed), 0);
     }
 
     #[test]
