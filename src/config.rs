@@ -42,6 +42,12 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:6545";
 pub const DEFAULT_DATA_DIR: &str = "./weir-data";
 
+/// Stack of every thread that parses, plans or evaluates statements and
+/// views. Syntax trees are walked recursively, and a statement as deep as
+/// [`crate::sql::parser::MAX_DEPTH`] allows needs more than the 2 MiB a
+/// thread gets by default; untouched stack costs address space, not memory.
+pub const STATEMENT_STACK_BYTES: usize = 32 << 20;
+
 impl Default for Config {
     fn default() -> Self {
         Config {

@@ -69,6 +69,19 @@ pub enum Error {
     SerializationFailure,
     #[error("canceling statement due to user request")]
     Canceled,
+    #[error("canceling statement due to statement timeout")]
+    StatementTimeout,
+    /// Deeper than the stack statements run on holds (PostgreSQL's
+    /// `max_stack_depth`).
+    #[error("{0}")]
+    TooComplex(String),
+    /// A materialized view stopped on an error (`on_error = 'fail'`); its
+    /// readers get the error's own SQLSTATE.
+    #[error("{message}")]
+    ViewFailed {
+        sqlstate: &'static str,
+        message: String,
+    },
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("configuration error: {0}")]
@@ -117,7 +130,12 @@ impl From<Error> for DataFusionError {
 
 impl From<sqlparser::parser::ParserError> for Error {
     fn from(e: sqlparser::parser::ParserError) -> Self {
-        Error::Syntax(parser_message(&e))
+        match e {
+            sqlparser::parser::ParserError::RecursionLimitExceeded => {
+                Error::TooComplex(parser_message(&e))
+            }
+            other => Error::Syntax(parser_message(&other)),
+        }
     }
 }
 
@@ -125,7 +143,9 @@ fn parser_message(e: &sqlparser::parser::ParserError) -> String {
     use sqlparser::parser::ParserError as P;
     match e {
         P::TokenizerError(m) | P::ParserError(m) => format!("syntax error: {m}"),
-        P::RecursionLimitExceeded => "statement is nested too deeply".to_string(),
+        P::RecursionLimitExceeded => {
+            "statement too complex: its expressions are nested too deeply".to_string()
+        }
     }
 }
 
@@ -157,7 +177,9 @@ impl Error {
             Error::NoActiveTransaction(_) => "25P01",
             Error::ConnectionFailure(_) => "08001",
             Error::SerializationFailure => "40001",
-            Error::Canceled => "57014",
+            Error::Canceled | Error::StatementTimeout => "57014",
+            Error::TooComplex(_) => "54001",
+            Error::ViewFailed { sqlstate, .. } => sqlstate,
             Error::ShuttingDown => "57P01",
             Error::Config(_) => "F0000",
             Error::Storage(_) | Error::Io(_) => "58030",
@@ -201,6 +223,14 @@ impl Error {
 
 fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
     match e.find_root() {
+        DataFusionError::SQL(inner, _)
+            if matches!(
+                **inner,
+                sqlparser::parser::ParserError::RecursionLimitExceeded
+            ) =>
+        {
+            "54001"
+        }
         DataFusionError::SQL(..) => "42601",
         DataFusionError::NotImplemented(_) => "0A000",
         DataFusionError::SchemaError(inner, _) => match inner.as_ref() {
@@ -252,10 +282,18 @@ fn execution_sqlstate(message: &str) -> &'static str {
     }
 }
 
+/// Arrow's words, but PostgreSQL's where a client may compare them.
+fn arrow_message(e: &ArrowError) -> String {
+    match e {
+        ArrowError::DivideByZero => "division by zero".to_string(),
+        other => other.to_string(),
+    }
+}
+
 fn datafusion_message(e: &DataFusionError) -> String {
     let root = e.find_root();
     let text = match root {
-        DataFusionError::ArrowError(inner, _) => inner.to_string(),
+        DataFusionError::ArrowError(inner, _) => arrow_message(inner),
         DataFusionError::SchemaError(inner, _) => inner.to_string(),
         DataFusionError::SQL(inner, _) => parser_message(inner),
         DataFusionError::Plan(m)

@@ -104,6 +104,7 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("weir-server")
+        .thread_stack_size(weir::config::STATEMENT_STACK_BYTES)
         .build()
         .context("cannot start the async runtime")?;
     let result = runtime.block_on(serve(config));

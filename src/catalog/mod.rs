@@ -21,13 +21,16 @@ pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, wate
 /// The system table of late rows (see `dataflow::late`).
 pub const LATE_EVENTS: &str = "late_events";
 
+/// The system table of rows a view's expressions failed on (see `dataflow::errors`).
+pub const VIEW_ERRORS: &str = "view_errors";
+
 /// The system table of messages a source could not read (see `connector`).
 pub const SOURCE_ERRORS: &str = "source_errors";
 
 /// Tables weir keeps for itself: queryable, but left out of listings and
 /// closed to writes and DROP.
 pub fn is_system(name: &str) -> bool {
-    name == LATE_EVENTS || name == SOURCE_ERRORS
+    name == LATE_EVENTS || name == SOURCE_ERRORS || name == VIEW_ERRORS
 }
 
 /// A persisted catalog object.
@@ -68,6 +71,34 @@ pub struct ViewDef {
     /// It never retracts a row it emitted (so a plain sink can carry it).
     #[serde(default)]
     pub append_only: bool,
+    /// What it does when an expression fails on a row.
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// What a view does when an expression fails on a row.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// The expression yields NULL for that row; the error is recorded.
+    #[default]
+    Null,
+    /// The view stops; reads of it return the error.
+    Fail,
+}
+
+impl OnError {
+    /// `WITH (on_error = '...')`.
+    pub fn parse(text: &str) -> Result<OnError> {
+        match text.to_ascii_lowercase().as_str() {
+            "null" => Ok(OnError::Null),
+            "fail" => Ok(OnError::Fail),
+            other => Err(Error::InvalidParameter(format!(
+                "invalid value for on_error: \"{other}\"; use 'null' (the failing expression \
+                 yields NULL and the error goes to view_errors) or 'fail' (the view stops)"
+            ))),
+        }
+    }
 }
 
 /// One hour, in microseconds.

@@ -11,14 +11,20 @@ use datafusion::arrow::compute::{
 use datafusion::arrow::datatypes::Int64Type;
 use datafusion::physical_expr::PhysicalExpr;
 
+use crate::dataflow::errors::RowErrors;
 use crate::error::{Error, Result};
 
-/// Each expression evaluated over every row of `rows`, as a column.
-pub fn evaluate_all(exprs: &[Arc<dyn PhysicalExpr>], rows: &RecordBatch) -> Result<Vec<ArrayRef>> {
-    Ok(exprs
+/// Each expression evaluated over every row of `rows`, as a column; rows
+/// an expression fails on go to `errors`, which decides what they yield.
+pub fn evaluate_all(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    rows: &RecordBatch,
+    errors: &mut RowErrors,
+) -> Result<Vec<ArrayRef>> {
+    exprs
         .iter()
-        .map(|e| e.evaluate(rows)?.into_array(rows.num_rows()))
-        .collect::<datafusion::error::Result<Vec<_>>>()?)
+        .map(|e| errors.evaluate(e.as_ref(), rows))
+        .collect()
 }
 
 /// Rows with signed multiplicities: row i occurs `diffs[i]` more (+) or fewer (-) times.
@@ -65,8 +71,12 @@ impl ChangeBatch {
 
     /// The rows a predicate holds for, with their weights; NULL counts as
     /// false, as in SQL.
-    pub fn filter(&self, predicate: &dyn PhysicalExpr) -> Result<ChangeBatch> {
-        let mask = predicate.evaluate(&self.rows)?.into_array(self.len())?;
+    pub fn filter(
+        &self,
+        predicate: &dyn PhysicalExpr,
+        errors: &mut RowErrors,
+    ) -> Result<ChangeBatch> {
+        let mask = errors.evaluate(predicate, &self.rows)?;
         let mask = mask
             .as_any()
             .downcast_ref::<BooleanArray>()

@@ -111,6 +111,10 @@ fn with_whole_rows(
 pub struct Dataflow {
     /// The view this dataflow maintains.
     pub view: u64,
+    /// Its name, for errors and the rows it records.
+    pub name: Arc<str>,
+    /// What it does when an expression fails on a row.
+    pub on_error: crate::catalog::OnError,
     pub nodes: Vec<Node>,
     pub sources: Vec<Source>,
 }

@@ -1,6 +1,7 @@
 //! Changes: what flows between incremental operators.
 
 pub mod change;
+pub mod errors;
 pub mod graph;
 pub mod join_bounds;
 pub mod late;

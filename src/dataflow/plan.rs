@@ -23,7 +23,7 @@ use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
 
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 
-use crate::catalog::{Catalog, Emit, Table};
+use crate::catalog::{Catalog, Emit, OnError, Table};
 use crate::dataflow::graph::{Dataflow, Node, Source};
 use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
@@ -47,6 +47,7 @@ pub struct Planner<'a> {
     /// The view's name, recorded with its late events.
     view_name: String,
     emit: Emit,
+    on_error: OnError,
     /// Whether an aggregate has taken `EMIT ON WINDOW CLOSE`.
     on_close_taken: bool,
 }
@@ -75,6 +76,7 @@ impl<'a> Planner<'a> {
             sources: Vec::new(),
             view_name: String::new(),
             emit: Emit::Changes,
+            on_error: OnError::default(),
             on_close_taken: false,
         }
     }
@@ -82,6 +84,12 @@ impl<'a> Planner<'a> {
     /// Plan with the view's emit policy.
     pub fn with_emit(mut self, emit: Emit) -> Planner<'a> {
         self.emit = emit;
+        self
+    }
+
+    /// Plan with the view's policy for rows its expressions fail on.
+    pub fn with_on_error(mut self, on_error: OnError) -> Planner<'a> {
+        self.on_error = on_error;
         self
     }
 
@@ -124,6 +132,8 @@ impl<'a> Planner<'a> {
         self.push(Box::new(sink), vec![root]);
         Ok(Dataflow {
             view: view.def.id,
+            name: view.def.name.as_str().into(),
+            on_error: self.on_error,
             nodes: self.nodes,
             sources: self.sources,
         })

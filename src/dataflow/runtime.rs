@@ -39,6 +39,7 @@ use rocksdb::{DB, WriteBatch, WriteOptions};
 use tokio::sync::{oneshot, watch};
 
 use crate::dataflow::change::Barrier;
+use crate::dataflow::errors::{Failure, Failures, RowError};
 use crate::dataflow::graph::Dataflow;
 use crate::dataflow::state::LateEvent;
 use crate::dataflow::task::{
@@ -68,6 +69,10 @@ pub struct Settings {
     pub now: Now,
     /// Where late rows are recorded.
     pub late_events: Option<Arc<crate::catalog::Table>>,
+    /// Where rows that views' expressions failed on are recorded.
+    pub view_errors: Option<Arc<crate::catalog::Table>>,
+    /// The views that stopped, for their readers.
+    pub failures: Failures,
     /// Epochs wait while the disk is nearly full.
     pub disk: Option<crate::state::disk::DiskGuard>,
     /// A table write acknowledged but not yet in RocksDB: applied before
@@ -91,6 +96,7 @@ enum Command {
 pub struct Runtime {
     tx: Sender<Command>,
     progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
+    failures: Failures,
     /// The last committed epoch.
     committed: watch::Receiver<u64>,
 }
@@ -110,7 +116,7 @@ struct Running {
     tasks: Tasks,
     /// Next offset per (source index, partition), as of the last epoch.
     offsets: HashMap<(usize, u32), u64>,
-    failed: Option<String>,
+    failed: Option<Failure>,
 }
 
 /// What one dataflow did in one epoch.
@@ -132,6 +138,7 @@ impl Runtime {
         let (tx, rx) = channel();
         let progress = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let shared = progress.clone();
+        let failures = settings.failures.clone();
         let (epochs, committed) = watch::channel(read_u64(&db, EPOCH_KEY)?.unwrap_or(0));
         let db = Arc::downgrade(&db);
         let interval = settings.barrier_interval;
@@ -139,6 +146,7 @@ impl Runtime {
         let tasks = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(threads)
             .thread_name("weir-operator")
+            .thread_stack_size(crate::config::STATEMENT_STACK_BYTES)
             .build()?;
         std::thread::Builder::new()
             .name("weir-dataflow".into())
@@ -146,6 +154,7 @@ impl Runtime {
         Ok(Runtime {
             tx,
             progress,
+            failures,
             committed,
         })
     }
@@ -197,6 +206,11 @@ impl Runtime {
             .unwrap_or_else(|p| p.into_inner())
             .get(&view)
             .copied()
+    }
+
+    /// Why a view stopped, if it did.
+    pub fn failure(&self, view: u64) -> Option<Failure> {
+        self.failures.get(view)
     }
 
     fn send(&self, command: Command) -> Result<()> {
@@ -300,6 +314,7 @@ impl Worker {
                 // Dropping a dataflow's handle closes its channels: its tasks end.
                 self.running.retain(|r| r.view != view);
                 self.retention.remove(&view);
+                self.settings.failures.clear(view);
                 self.progress
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -420,7 +435,9 @@ impl Worker {
                 idle_timeout,
             };
             if running.tasks.control.blocking_send(trigger).is_err() {
-                running.failed = Some("its tasks have stopped".into());
+                let failure = stopped(running.view);
+                self.settings.failures.set(running.view, failure.clone());
+                running.failed = Some(failure);
             }
         }
         drop(view);
@@ -428,22 +445,30 @@ impl Worker {
         let mut changed = false;
         let mut logged = false;
         let mut late: Vec<LateEvent> = Vec::new();
+        let mut errors: Vec<RowError> = Vec::new();
         for running in self.running.iter_mut().filter(|r| r.failed.is_none()) {
-            match collect(&mut running.tasks) {
+            match collect(&mut running.tasks, running.view) {
                 Ok(outcome) => {
                     let mut touched = outcome.records > 0;
                     for mut state in outcome.states {
                         touched |= !state.is_empty();
                         late.append(&mut state.late);
+                        errors.append(&mut state.errors.caught);
                         states.push(state);
                     }
                     changed |= touched;
                     logged |= touched && !running.creating;
                     running.offsets = outcome.offsets;
                 }
-                Err(reason) => {
-                    tracing::error!(view = running.view, cause = %reason, "view failed; it stops updating");
-                    running.failed = Some(reason);
+                Err(failure) => {
+                    tracing::error!(
+                        view = running.view,
+                        code = failure.sqlstate,
+                        cause = %failure.message,
+                        "view failed; it stops updating"
+                    );
+                    self.settings.failures.set(running.view, failure.clone());
+                    running.failed = Some(failure);
                 }
             }
         }
@@ -462,11 +487,26 @@ impl Worker {
         for mut state in states {
             state.drain_into(&mut batch);
         }
-        if let Some(table) = &self.settings.late_events {
-            record_late(db, table, &late, barrier, &mut batch)?;
+        if let Some(table) = self
+            .settings
+            .late_events
+            .as_ref()
+            .filter(|_| !late.is_empty())
+        {
+            let rows = crate::dataflow::late::batch(table, &late, barrier.now)?;
+            append_system(db, table, &rows, barrier, &mut batch)?;
         }
-        // Late rows go to a table other views may read: never unlogged.
-        let logged = logged || !late.is_empty();
+        if let Some(table) = self
+            .settings
+            .view_errors
+            .as_ref()
+            .filter(|_| !errors.is_empty())
+        {
+            let rows = crate::dataflow::errors::batch(table, &errors, barrier.epoch)?;
+            append_system(db, table, &rows, barrier, &mut batch)?;
+        }
+        // Late rows and errors go to tables other views may read: never unlogged.
+        let logged = logged || !late.is_empty() || !errors.is_empty();
         self.write_epoch(db, batch, barrier.epoch, logged)?;
         self.epoch = barrier.epoch;
         self.epochs.send_replace(barrier.epoch);
@@ -611,11 +651,13 @@ impl Worker {
             .iter()
             .filter(|r| waiter.view.is_none_or(|v| r.view == v))
         {
-            if let Some(reason) = &running.failed {
-                return Err(Error::Internal(format!(
-                    "view {} failed: {reason}",
-                    running.view
-                )));
+            // A stopped view holds back only those who wait for it alone:
+            // FLUSH is about the views that still run.
+            if let Some(failure) = &running.failed {
+                if waiter.view.is_some() {
+                    return Err(failure.to_error());
+                }
+                continue;
             }
             for (index, input) in running.inputs.iter().enumerate() {
                 for partition in 0..input.partitions {
@@ -639,7 +681,7 @@ impl Worker {
 }
 
 /// Wait for every report of one dataflow's epoch.
-fn collect(tasks: &mut Tasks) -> std::result::Result<Outcome, String> {
+fn collect(tasks: &mut Tasks, view: u64) -> std::result::Result<Outcome, Failure> {
     let mut outcome = Outcome {
         records: 0,
         offsets: HashMap::new(),
@@ -652,31 +694,36 @@ fn collect(tasks: &mut Tasks) -> std::result::Result<Outcome, String> {
                 outcome.offsets = offsets;
             }
             Some(Report::Sealed(state)) => outcome.states.push(*state),
-            Some(Report::Failed(reason)) => return Err(reason),
-            None => return Err("its tasks have stopped".into()),
+            Some(Report::Failed(failure)) => return Err(failure),
+            None => return Err(stopped(view)),
         }
     }
     Ok(outcome)
 }
 
-/// Append the epoch's late rows to the `late_events` table's log.
-fn record_late(
+/// A dataflow whose tasks ended without saying why.
+fn stopped(view: u64) -> Failure {
+    Failure {
+        sqlstate: "XX000",
+        message: format!("internal error: the dataflow of view {view} stopped; this is a bug"),
+    }
+}
+
+/// Append rows the epoch produced to a system table's log (`late_events`,
+/// `view_errors`).
+fn append_system(
     db: &DB,
     table: &crate::catalog::Table,
-    late: &[LateEvent],
+    rows: &datafusion::arrow::array::RecordBatch,
     barrier: Barrier,
     batch: &mut WriteBatch,
 ) -> Result<()> {
-    if late.is_empty() {
-        return Ok(());
-    }
-    let rows = crate::dataflow::late::batch(table, late, barrier.now)?;
     let stamp = crate::log::embedded::Stamp {
         epoch: barrier.epoch,
         time: barrier.now,
         compacted: false,
     };
-    let encoded = table.codec.encode_rows(&rows)?;
+    let encoded = table.codec.encode_rows(rows)?;
     let topic = table.def.topic();
     let mut next = log_end(db, topic, 0)?;
     let records: Vec<&[u8]> = encoded.iter().map(|r| r.data()).collect();

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rocksdb::{DB, WriteBatch};
 
+use crate::dataflow::errors::RowErrors;
 use crate::error::Result;
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf};
 
@@ -77,6 +78,9 @@ pub struct EpochState {
     pub now: i64,
     /// Late rows seen during the epoch, recorded with it.
     pub late: Vec<LateEvent>,
+    /// What the view does with rows its expressions fail on, and those
+    /// it met during the epoch, recorded with it.
+    pub errors: RowErrors,
     /// Pending writes of this epoch to the state family: `None` deletes.
     writes: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// Pending additions to counts in the state family, merged by RocksDB
@@ -109,6 +113,7 @@ impl EpochState {
             db,
             now: 0,
             late: Vec::new(),
+            errors: RowErrors::default(),
             writes: BTreeMap::new(),
             adds: BTreeMap::new(),
             rows: BTreeMap::new(),

@@ -24,7 +24,9 @@ use rocksdb::DB;
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::{Receiver, Sender, channel};
 
+use crate::catalog::OnError;
 use crate::dataflow::change::{Barrier, ChangeBatch, Message, Watermark};
+use crate::dataflow::errors::{Failure, RowErrors};
 use crate::dataflow::graph::{Dataflow, Source};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::EpochState;
@@ -66,7 +68,7 @@ pub enum Report {
     /// One task's writes for the epoch, sent after its barrier.
     Sealed(Box<EpochState>),
     /// A task stopped: the dataflow can no longer run.
-    Failed(String),
+    Failed(Failure),
 }
 
 /// Where a dataflow restarts: what its last committed epoch stored.
@@ -97,6 +99,8 @@ pub struct Tasks {
 #[derive(Clone)]
 struct Shared {
     db: Weak<DB>,
+    view: Arc<str>,
+    on_error: OnError,
     budget: Arc<AtomicUsize>,
     reports: Sender<Report>,
 }
@@ -106,7 +110,9 @@ impl Shared {
     /// so that whoever owns the store is the one that closes it.
     fn state(&self) -> Result<EpochState> {
         let db = self.db.upgrade().ok_or(Error::ShuttingDown)?;
-        Ok(EpochState::with_budget(db, self.budget.clone()))
+        let mut state = EpochState::with_budget(db, self.budget.clone());
+        state.errors = RowErrors::new(self.view.clone(), self.on_error);
+        Ok(state)
     }
 
     async fn report(&self, report: Report) -> Result<()> {
@@ -121,6 +127,8 @@ impl Shared {
 pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) -> Tasks {
     let Dataflow {
         view,
+        name,
+        on_error,
         nodes,
         sources,
     } = dataflow;
@@ -145,6 +153,8 @@ pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) 
     let budget = Arc::new(AtomicUsize::new(0));
     let shared = Shared {
         db,
+        view: name,
+        on_error,
         budget: budget.clone(),
         reports: reports_tx,
     };
@@ -207,7 +217,11 @@ async fn guard(task: impl Future<Output = Result<()>>, shared: Shared) {
     match outcome {
         Ok(()) | Err(Error::ShuttingDown) => {}
         Err(e) => {
-            let _ = shared.reports.try_send(Report::Failed(e.to_string()));
+            let failure = match e {
+                Error::ViewFailed { sqlstate, message } => Failure { sqlstate, message },
+                other => Failure::of(&shared.view, &other),
+            };
+            let _ = shared.reports.try_send(Report::Failed(failure));
         }
     }
 }
@@ -736,6 +750,8 @@ mod tests {
             state: None,
             shared: Shared {
                 db: Arc::downgrade(store.db()),
+                view: "v".into(),
+                on_error: OnError::Null,
                 budget: Arc::default(),
                 reports: reports_tx,
             },

@@ -122,14 +122,22 @@ fn metrics(engine: &Engine) -> String {
     out.push_str(&format!(
         "# HELP weir_state_entries_read_total RocksDB entries read by queries.\n# TYPE weir_state_entries_read_total counter\nweir_state_entries_read_total {read}\n"
     ));
-    // Every late row is a record in the late_events table's log.
-    let late = engine
-        .catalog
-        .table(crate::catalog::LATE_EVENTS)
-        .and_then(|t| crate::state::writer::log_end(engine.store.db(), t.def.topic(), 0).ok())
-        .unwrap_or(0);
+    // Every late row, and every row a view's expression failed on, is a
+    // record in its system table's log.
+    let records = |table: &str| {
+        engine
+            .catalog
+            .table(table)
+            .and_then(|t| crate::state::writer::log_end(engine.store.db(), t.def.topic(), 0).ok())
+            .unwrap_or(0)
+    };
+    let late = records(crate::catalog::LATE_EVENTS);
     out.push_str(&format!(
         "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"
+    ));
+    let errors = records(crate::catalog::VIEW_ERRORS);
+    out.push_str(&format!(
+        "# HELP weir_view_errors_total Rows a view's expression failed on (see the view_errors table).\n# TYPE weir_view_errors_total counter\nweir_view_errors_total {errors}\n"
     ));
     let streams = engine.streams.running();
     out.push_str(&format!(

@@ -111,6 +111,7 @@ fn start_thread(index: usize, open: Arc<AtomicUsize>) -> Result<Thread> {
     let (stop, stopped) = oneshot::channel::<()>();
     let joined = std::thread::Builder::new()
         .name(format!("weir-conn-{index}"))
+        .stack_size(crate::config::STATEMENT_STACK_BYTES)
         .spawn(move || {
             let _ = runtime.block_on(stopped);
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));

@@ -12,6 +12,7 @@ use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 use super::Clock;
 use crate::catalog::Catalog;
 use crate::config::Config;
+use crate::dataflow::errors::Failures;
 use crate::dataflow::late;
 use crate::dataflow::runtime::{Runtime, Settings};
 use crate::error::{Error, Result};
@@ -67,8 +68,13 @@ impl Engine {
         let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
         let writer = Writer::start(&store, Some(disk.clone()), config.fsync)?;
         let clock = Arc::new(Clock::new(config.manual_clock));
-        let ctx = session_context(&catalog, &store, &writer, &clock)?;
+        let failures = Failures::default();
+        let ctx = session_context(&catalog, &store, &writer, &clock, &failures)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
+        let view_errors = catalog.ensure_table(
+            crate::catalog::VIEW_ERRORS,
+            crate::dataflow::errors::definition,
+        )?;
         catalog.ensure_table(
             crate::catalog::SOURCE_ERRORS,
             crate::connector::errors::definition,
@@ -79,6 +85,8 @@ impl Engine {
             idle_timeout: config.idle_timeout,
             now: Arc::new(move || now_clock.now().timestamp_micros()),
             late_events: Some(late_events),
+            view_errors: Some(view_errors),
+            failures,
             disk: Some(disk),
             unapplied: store.unapplied().clone(),
         };
@@ -147,6 +155,7 @@ fn session_context(
     store: &Arc<Store>,
     writer: &Writer,
     clock: &Arc<Clock>,
+    failures: &Failures,
 ) -> Result<SessionContext> {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE, "public")
@@ -162,6 +171,7 @@ fn session_context(
         catalog.clone(),
         store.clone(),
         writer.clone(),
+        failures.clone(),
     ));
     schema.plan_views_with(ctx.state_weak_ref());
     databases

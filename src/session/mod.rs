@@ -7,6 +7,7 @@ pub mod subscribe;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
@@ -126,6 +127,33 @@ impl Session {
     }
 }
 
+/// `SET statement_timeout`: how long a statement may run (0: no limit).
+pub const STATEMENT_TIMEOUT: &str = "statement_timeout";
+
+impl Session {
+    /// The session's statement timeout, if it set one.
+    pub fn statement_timeout(&self) -> Option<Duration> {
+        let value = self.variables.get(STATEMENT_TIMEOUT)?;
+        parse_timeout(STATEMENT_TIMEOUT, value).ok().flatten()
+    }
+}
+
+/// A timeout setting as PostgreSQL takes it: a number of milliseconds, or a
+/// number with a unit ('5s', '1min'); zero turns it off.
+pub fn parse_timeout(name: &str, value: &str) -> crate::Result<Option<Duration>> {
+    let text = value.trim().trim_matches('\'');
+    let duration = match text.parse::<u64>() {
+        Ok(millis) => Duration::from_millis(millis),
+        Err(_) => handlers::subscribe::parse_duration(text).map_err(|_| {
+            crate::Error::InvalidParameter(format!(
+                "invalid value for parameter \"{name}\": \"{value}\"; \
+                 write milliseconds or a number with a unit, like '5s' or '1min'"
+            ))
+        })?,
+    };
+    Ok((!duration.is_zero()).then_some(duration))
+}
+
 pub const PRODUCER_ID: &str = "weir.producer_id";
 pub const PRODUCER_SEQ: &str = "weir.producer_seq";
 
@@ -146,9 +174,17 @@ pub async fn execute(
     params: Option<&ParamValues>,
 ) -> Result<Output> {
     use tracing::Instrument;
-    handlers::dispatch(engine, session, statement, params)
-        .instrument(tracing::debug_span!("statement"))
-        .await
+    let timeout = session.statement_timeout();
+    let run = handlers::dispatch(engine, session, statement, params)
+        .instrument(tracing::debug_span!("statement"));
+    match timeout {
+        // Dropping the statement's future stops it where it waits; what
+        // it started cleans up as a cancel does.
+        Some(limit) => tokio::time::timeout(limit, run)
+            .await
+            .unwrap_or(Err(crate::Error::StatementTimeout)),
+        None => run.await,
+    }
 }
 
 /// Run blocking work from a task: on a multi-threaded runtime the worker

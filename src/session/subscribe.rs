@@ -21,7 +21,7 @@ use datafusion::arrow::compute::{cast, concat_batches};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use tokio::sync::watch;
 
-use crate::catalog::{LATE_EVENTS, Table};
+use crate::catalog::{LATE_EVENTS, Table, VIEW_ERRORS};
 use crate::dataflow::runtime::EPOCH_KEY;
 use crate::error::{Error, Result};
 use crate::log::embedded::{self, Chunk};
@@ -283,7 +283,10 @@ impl Subscription {
         if options.pace == Pace::OnWindowClose {
             window_end_column(&table)?;
         }
-        let clock = if table.def.is_view || table.def.name == LATE_EVENTS {
+        let clock = if table.def.is_view
+            || table.def.name == LATE_EVENTS
+            || table.def.name == VIEW_ERRORS
+        {
             Clock::Epochs
         } else {
             Clock::Writes

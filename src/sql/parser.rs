@@ -16,7 +16,10 @@ use crate::error::{Error, Result};
 
 mod connector;
 mod cursor;
+mod depth;
 mod precedence;
+
+pub use depth::MAX_DEPTH;
 
 pub use precedence::fix_distinct_from;
 
@@ -190,6 +193,7 @@ fn leading_words(tokens: &[TokenWithSpan], n: usize) -> Vec<String> {
 }
 
 fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
+    depth::check(&tokens)?;
     let words = leading_words(&tokens, 4);
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {

@@ -20,6 +20,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 
 use crate::catalog::{Catalog, Table};
+use crate::dataflow::errors::Failures;
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Error;
 use crate::log::embedded;
@@ -38,6 +39,7 @@ pub struct WeirSchema {
     catalog: Arc<Catalog>,
     store: Arc<Store>,
     writer: crate::state::writer::Writer,
+    failures: Failures,
     /// The session state logical views are planned with, set once the
     /// context that holds this schema exists.
     planner: std::sync::OnceLock<Planner>,
@@ -50,11 +52,13 @@ impl WeirSchema {
         catalog: Arc<Catalog>,
         store: Arc<Store>,
         writer: crate::state::writer::Writer,
+        failures: Failures,
     ) -> Self {
         WeirSchema {
             catalog,
             store,
             writer,
+            failures,
             planner: std::sync::OnceLock::new(),
         }
     }
@@ -112,11 +116,9 @@ impl SchemaProvider for WeirSchema {
             return self.view_table(&view).await.map(Some);
         }
         Ok(self.catalog.relation(name).map(|table| {
-            Arc::new(TableSource::new(
-                table,
-                self.store.clone(),
-                self.writer.clone(),
-            )) as Arc<dyn TableProvider>
+            let source = TableSource::new(table, self.store.clone(), self.writer.clone())
+                .with_failures(self.failures.clone());
+            Arc::new(source) as Arc<dyn TableProvider>
         }))
     }
 
@@ -132,6 +134,8 @@ pub struct TableSource {
     store: Arc<Store>,
     writer: crate::state::writer::Writer,
     constraints: Constraints,
+    /// Views that stopped: reading one returns its error.
+    failures: Option<Failures>,
 }
 
 impl TableSource {
@@ -146,6 +150,24 @@ impl TableSource {
             store,
             writer,
             constraints,
+            failures: None,
+        }
+    }
+
+    pub fn with_failures(mut self, failures: Failures) -> Self {
+        self.failures = Some(failures);
+        self
+    }
+
+    /// A view that stopped on an error has no contents to read, only the error.
+    fn check_running(&self) -> DfResult<()> {
+        let failure = self
+            .failures
+            .as_ref()
+            .and_then(|f| f.get(self.table.def.id));
+        match failure {
+            Some(failure) => Err(DataFusionError::External(Box::new(failure.to_error()))),
+            None => Ok(()),
         }
     }
 }
@@ -205,6 +227,7 @@ impl TableProvider for TableSource {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.check_running()?;
         let view = statement_view(state, &self.store);
         let schema = self.table.schema.clone();
         let partitions: Vec<Arc<dyn PartitionStream>> = if self.table.def.contents_in_log() {

@@ -64,6 +64,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
+use crate::dataflow::errors::RowErrors;
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::{Error, Result};
 use crate::state::keys::prefix_end;
@@ -440,15 +441,18 @@ impl Aggregate {
         Ok(&self.horizon)
     }
 
-    fn evaluate_args(&self, batch: &ChangeBatch) -> Result<Vec<Option<ArrayRef>>> {
+    fn evaluate_args(
+        &self,
+        batch: &ChangeBatch,
+        errors: &mut RowErrors,
+    ) -> Result<Vec<Option<ArrayRef>>> {
         self.aggs
             .iter()
             .map(|spec| {
                 let Some(arg) = &spec.arg else {
                     return Ok(None);
                 };
-                let array = arg.evaluate(batch.rows())?.into_array(batch.len())?;
-                Ok(Some(array))
+                Ok(Some(errors.evaluate(arg.as_ref(), batch.rows())?))
             })
             .collect()
     }
@@ -489,9 +493,9 @@ impl Operator for Aggregate {
         cx: &mut Context<'_>,
     ) -> Result<()> {
         let n = batch.len();
-        let group_columns = evaluate_all(&self.groups, batch.rows())?;
+        let group_columns = evaluate_all(&self.groups, batch.rows(), &mut cx.state.errors)?;
         let keys = self.batch_keys(&group_columns)?;
-        let args = self.evaluate_args(&batch)?;
+        let args = self.evaluate_args(&batch, &mut cx.state.errors)?;
         let inputs = args
             .iter()
             .zip(&self.aggs)
@@ -541,7 +545,7 @@ impl Operator for Aggregate {
         }
         let accumulating = self.aggs.iter().any(|a| a.accumulator.is_some());
         if accumulating {
-            self.accumulate(&batch, &slots)?;
+            self.accumulate(&batch, &slots, &mut cx.state.errors)?;
         }
         for ((a, slot, value), delta) in values {
             let group = self.groups_cache.get(slot).key.to_vec();
@@ -852,7 +856,12 @@ impl Aggregate {
 
     /// Feed each group's rows of a batch to its accumulators, and keep
     /// their state.
-    fn accumulate(&mut self, batch: &ChangeBatch, slots: &[u32]) -> Result<()> {
+    fn accumulate(
+        &mut self,
+        batch: &ChangeBatch,
+        slots: &[u32],
+        errors: &mut RowErrors,
+    ) -> Result<()> {
         if batch.diffs().values().iter().any(|d| *d != 1) {
             return Err(Error::NotSupported(
                 "an aggregate kept by its accumulator needs an append-only input, and this one retracted rows".into(),
@@ -866,7 +875,7 @@ impl Aggregate {
             let Some(aggregate) = self.aggs[a].accumulator.clone() else {
                 continue;
             };
-            let args = evaluate_all(&aggregate.expressions(), batch.rows())?;
+            let args = evaluate_all(&aggregate.expressions(), batch.rows(), errors)?;
             for (slot, rows) in &rows_of {
                 let taken = take_arrays(&args, &UInt32Array::from(rows.clone()), None)?;
                 let held = self.groups_cache.get_mut(*slot).state.slots[a]

@@ -33,7 +33,8 @@ impl Operator for Filter {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        cx.emit(batch.filter(self.predicate.as_ref())?);
+        let kept = batch.filter(self.predicate.as_ref(), &mut cx.state.errors)?;
+        cx.emit(kept);
         Ok(())
     }
 }

@@ -50,6 +50,7 @@ use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::change::{ChangeBatch, Watermark, evaluate_all};
+use crate::dataflow::errors::RowErrors;
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
@@ -338,8 +339,13 @@ impl Join {
     }
 
     /// The join keys of a batch's rows; `None` where a key column is NULL.
-    fn keys(&self, side: usize, rows: &RecordBatch) -> Result<(Rows, Vec<bool>)> {
-        let columns = evaluate_all(&self.sides[side].keys, rows)?;
+    fn keys(
+        &self,
+        side: usize,
+        rows: &RecordBatch,
+        errors: &mut RowErrors,
+    ) -> Result<(Rows, Vec<bool>)> {
+        let columns = evaluate_all(&self.sides[side].keys, rows, errors)?;
         let valid = (0..rows.num_rows())
             .map(|i| columns.iter().all(|c| c.is_valid(i)))
             .collect();
@@ -535,7 +541,7 @@ impl Operator for Join {
         let other = 1 - side;
         let (batch, expires) = self.expiring(side, batch, cx)?;
         let rows = batch.rows();
-        let (keys, valid) = self.keys(side, rows)?;
+        let (keys, valid) = self.keys(side, rows, &mut cx.state.errors)?;
         let encoded = self.rows[side].convert_columns(rows.columns())?;
         let (groups, order) = group_rows(&keys, &valid);
         let mut joined: Vec<RecordBatch> = Vec::new();
@@ -632,7 +638,10 @@ impl Operator for Join {
         let rows = concat_batches(&self.schema, &joined)?;
         let changes = ChangeBatch::new(rows, Int64Array::from(weights))?;
         match &self.residual {
-            Some(predicate) => cx.emit(changes.filter(predicate.as_ref())?),
+            Some(predicate) => {
+                let kept = changes.filter(predicate.as_ref(), &mut cx.state.errors)?;
+                cx.emit(kept);
+            }
             None => cx.emit(changes),
         }
         Ok(())

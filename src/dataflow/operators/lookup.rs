@@ -90,7 +90,7 @@ impl LookupJoin {
 
     /// The lookup side's rows now: the table's committed rows (only those
     /// under `keys` when they are primary keys), stepped.
-    fn current(&self, cx: &Context<'_>, keys: &[ArrayRef]) -> Result<RecordBatch> {
+    fn current(&self, cx: &mut Context<'_>, keys: &[ArrayRef]) -> Result<RecordBatch> {
         let rows = match &self.point {
             Some(types) => self.rows_under(cx, keys, types)?,
             None => self.all_rows(cx)?,
@@ -103,11 +103,12 @@ impl LookupJoin {
                     RecordBatch::try_new(schema.clone(), arrays)?
                 }
                 Step::Filter(predicate) => ChangeBatch::inserts(batch)
-                    .filter(predicate.as_ref())?
+                    .filter(predicate.as_ref(), &mut cx.state.errors)?
                     .rows()
                     .clone(),
                 Step::Project(exprs, schema) => {
-                    RecordBatch::try_new(schema.clone(), evaluate_all(exprs, &batch)?)?
+                    let columns = evaluate_all(exprs, &batch, &mut cx.state.errors)?;
+                    RecordBatch::try_new(schema.clone(), columns)?
                 }
             };
         }
@@ -210,9 +211,9 @@ impl Operator for LookupJoin {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let stream_keys = evaluate_all(&self.stream_keys, batch.rows())?;
+        let stream_keys = evaluate_all(&self.stream_keys, batch.rows(), &mut cx.state.errors)?;
         let table = self.current(cx, &stream_keys)?;
-        let table_keys = evaluate_all(&self.lookup_keys, &table)?;
+        let table_keys = evaluate_all(&self.lookup_keys, &table, &mut cx.state.errors)?;
         let table_rows = self.key_rows.convert_columns(&table_keys)?;
         let mut index: HashMap<&[u8], Vec<u32>> = HashMap::new();
         for i in 0..table.num_rows() {
@@ -267,7 +268,10 @@ impl Operator for LookupJoin {
         let joined = datafusion::arrow::compute::concat_batches(&self.schema, &batches)?;
         let changes = ChangeBatch::new(joined, Int64Array::from(weights))?;
         match &self.residual {
-            Some(predicate) => cx.emit(changes.filter(predicate.as_ref())?),
+            Some(predicate) => {
+                let kept = changes.filter(predicate.as_ref(), &mut cx.state.errors)?;
+                cx.emit(kept);
+            }
             None => cx.emit(changes),
         }
         Ok(())

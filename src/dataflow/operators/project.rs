@@ -40,7 +40,7 @@ impl Operator for Project {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let columns = evaluate_all(&self.exprs, batch.rows())?;
+        let columns = evaluate_all(&self.exprs, batch.rows(), &mut cx.state.errors)?;
         let rows = RecordBatch::try_new_with_options(
             self.schema.clone(),
             columns,

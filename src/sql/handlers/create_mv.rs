@@ -11,7 +11,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
-use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, Table, TableDef, View, ViewDef};
+use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, OnError, Table, TableDef, View, ViewDef};
 use crate::dataflow::graph::Dataflow;
 use crate::dataflow::plan::{Planner, ViewShape};
 use crate::error::{Error, Result};
@@ -28,7 +28,7 @@ pub async fn create(
     if name_taken(engine, session, &create)? {
         return Ok(Output::command(TAG));
     }
-    let retention = retention(&create.options)?;
+    let (retention, on_error) = options(&create.options)?;
     let plan = plan_query(engine, &create.query).await?;
     let emit = emit_policy(engine, &create.emit).await?;
     let shape = Planner::shape(&engine.catalog, &plan, emit)?;
@@ -40,6 +40,7 @@ pub async fn create(
         emit,
         retention,
         append_only: shape.append_only,
+        on_error,
     };
     let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
     else {
@@ -50,10 +51,21 @@ pub async fn create(
         engine: engine.clone(),
         view: Some(view.clone()),
     };
-    start(engine, &view, true).await?;
-    backfill(engine, session, &view).await?;
-    guard.view = None;
-    Ok(Output::command(TAG))
+    let built = async {
+        start(engine, &view, true).await?;
+        backfill(engine, session, &view).await
+    };
+    match built.await {
+        Ok(()) => {
+            guard.view = None;
+            Ok(Output::command(TAG))
+        }
+        // Gone before the error reaches the client, so that a retry can take the name.
+        Err(e) => {
+            guard.remove().await;
+            Err(e)
+        }
+    }
 }
 
 /// Whether the name is in use: with IF NOT EXISTS a notice, otherwise 42P07.
@@ -135,23 +147,27 @@ pub async fn create_logical(
     Ok(Output::command(TAG))
 }
 
-/// `WITH (retention = '...')`: how long the view's changes stay readable
-/// by `SUBSCRIBE ... AS OF`, in microseconds.
-fn retention(options: &[(String, String)]) -> Result<i64> {
+/// `WITH (retention = '...', on_error = '...')`: how long the view's
+/// changes stay readable by `SUBSCRIBE ... AS OF`, in microseconds, and what
+/// it does when an expression fails on a row.
+fn options(options: &[(String, String)]) -> Result<(i64, OnError)> {
     let mut text = super::subscribe::DEFAULT_RETENTION.to_string();
+    let mut on_error = OnError::default();
     for (key, value) in options {
         match key.as_str() {
             "retention" => text = value.clone(),
+            "on_error" => on_error = OnError::parse(value)?,
             other => {
                 return Err(Error::InvalidParameter(format!(
-                    "unrecognized materialized view option \"{other}\"; a view takes WITH (retention = '1 hour')"
+                    "unrecognized materialized view option \"{other}\"; a view takes \
+                     WITH (retention = '1 hour', on_error = 'null' | 'fail')"
                 )));
             }
         }
     }
     let duration = super::subscribe::parse_duration(&text)
         .map_err(|e| Error::InvalidParameter(format!("retention: {e}")))?;
-    Ok(duration.as_micros() as i64)
+    Ok((duration.as_micros() as i64, on_error))
 }
 
 /// Removes a view whose CREATE did not finish, also when the statement's
@@ -161,20 +177,32 @@ struct Unfinished {
     view: Option<Arc<View>>,
 }
 
+impl Unfinished {
+    async fn remove(&mut self) {
+        if let Some(view) = self.view.take() {
+            remove_unfinished(&self.engine, view).await;
+        }
+    }
+}
+
 impl Drop for Unfinished {
     fn drop(&mut self) {
         let Some(view) = self.view.take() else { return };
         let engine = self.engine.clone();
-        self.engine.background.spawn(async move {
-            let id = view.def.table.id;
-            let _ = engine.runtime.drop_view(id).await;
-            if let Err(e) = engine
-                .catalog
-                .drop_objects(&[Object::MaterializedView(view)])
-            {
-                tracing::error!(view = id, cause = %e, "could not remove an unfinished view");
-            }
-        });
+        self.engine
+            .background
+            .spawn(async move { remove_unfinished(&engine, view).await });
+    }
+}
+
+async fn remove_unfinished(engine: &Arc<Engine>, view: Arc<View>) {
+    let id = view.def.table.id;
+    let _ = engine.runtime.drop_view(id).await;
+    if let Err(e) = engine
+        .catalog
+        .drop_objects(&[Object::MaterializedView(view)])
+    {
+        tracing::error!(view = id, cause = %e, "could not remove an unfinished view");
     }
 }
 
@@ -205,7 +233,7 @@ async fn backfill(engine: &Arc<Engine>, session: &Session, view: &Arc<View>) -> 
 pub async fn start(engine: &Arc<Engine>, view: &Arc<View>, creating: bool) -> Result<()> {
     let query = crate::sql::parser::parse_query(&view.def.query)?;
     let plan = plan_query(engine, &query).await?;
-    let dataflow = build(engine, view.table.clone(), &plan, view.def.emit)?;
+    let dataflow = build(engine, view, &plan)?;
     engine.runtime.add(dataflow, creating).await?;
     let id = view.def.table.id;
     let subscribed = engine
@@ -218,16 +246,13 @@ pub async fn start(engine: &Arc<Engine>, view: &Arc<View>, creating: bool) -> Re
     engine.runtime.retain(id, retention)
 }
 
-fn build(
-    engine: &Arc<Engine>,
-    table: Arc<Table>,
-    plan: &LogicalPlan,
-    emit: Emit,
-) -> Result<Dataflow> {
+fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Dataflow> {
+    let table = view.table.clone();
     let changelog_end = log_end(engine.store.db(), table.def.topic(), 0)?;
     let props = datafusion::execution::context::ExecutionProps::new();
     Planner::new(&engine.catalog, &props)
-        .with_emit(emit)
+        .with_emit(view.def.emit)
+        .with_on_error(view.def.on_error)
         .build(table, plan, changelog_end)
 }
 

@@ -53,6 +53,9 @@ pub async fn dispatch(
             if name == crate::session::PRODUCER_SEQ {
                 crate::session::parse_seq(&value)?;
             }
+            if name == crate::session::STATEMENT_TIMEOUT {
+                crate::session::parse_timeout(&name, &value)?;
+            }
             if !name.is_empty() {
                 session.variables.insert(name, value);
             }

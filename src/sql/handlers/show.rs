@@ -46,7 +46,7 @@ pub fn text_lines(column: &str, text: &str) -> Result<Output> {
 
 pub fn objects_schema(kind: ObjectKind) -> SchemaRef {
     match kind {
-        ObjectKind::MaterializedView => text_schema(&["Name", "Progress"]),
+        ObjectKind::MaterializedView => text_schema(&["Name", "Progress", "Status"]),
         ObjectKind::Source => text_schema(&["Name", "Connector", "Status"]),
         ObjectKind::Sink => text_schema(&["Name", "From", "Connector", "Status"]),
         _ => text_schema(&["Name"]),
@@ -90,7 +90,15 @@ pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
             match kind {
                 ObjectKind::MaterializedView => {
                     let progress = engine.runtime.progress(o.id()).unwrap_or(0.0);
-                    vec![name, Some(format!("{:.1}%", progress * 100.0))]
+                    let status = match engine.runtime.failure(o.id()) {
+                        Some(f) => format!("failed: {} (SQLSTATE {})", f.message, f.sqlstate),
+                        None => "running".to_string(),
+                    };
+                    vec![
+                        name,
+                        Some(format!("{:.1}%", progress * 100.0)),
+                        Some(status),
+                    ]
                 }
                 ObjectKind::Source => {
                     let connector = o

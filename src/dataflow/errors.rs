@@ -1,0 +1,255 @@
+//! Errors a view's expressions raise on single rows (division by zero, a
+//! failed cast, an overflow), and what the view does about them.
+//!
+//! Expressions run on whole batches, so one bad row fails the batch. By
+//! default (`on_error = 'null'`) the batch is then evaluated row by row:
+//! each failing row gets NULL from that expression, the view carries on, and
+//! the error is kept in the `view_errors` system table with the epoch that
+//! met it. The evaluation is deterministic, so a row retracted later yields
+//! the same NULL and cancels what it added. With `on_error = 'fail'` the
+//! first error stops the view, keeping its SQLSTATE for whoever reads it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
+use datafusion::arrow::compute::concat;
+use datafusion::arrow::datatypes::DataType;
+use datafusion::physical_expr::PhysicalExpr;
+
+use crate::catalog::{ColumnDef, Table, TableDef};
+use crate::dataflow::late::rows_as_json;
+use crate::error::{Error, Result};
+
+pub use crate::catalog::{OnError, VIEW_ERRORS};
+
+/// Why a view stopped, as its readers are told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub sqlstate: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn of(view: &str, e: &Error) -> Failure {
+        Failure {
+            sqlstate: e.sqlstate(),
+            message: format!("materialized view \"{view}\" failed: {}", e.message()),
+        }
+    }
+
+    pub fn to_error(&self) -> Error {
+        Error::ViewFailed {
+            sqlstate: self.sqlstate,
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// The views that stopped, by id: the runtime sets them, reads consult them.
+#[derive(Debug, Clone, Default)]
+pub struct Failures(Arc<parking_lot::RwLock<HashMap<u64, Failure>>>);
+
+impl Failures {
+    pub fn get(&self, view: u64) -> Option<Failure> {
+        self.0.read().get(&view).cloned()
+    }
+
+    pub fn set(&self, view: u64, failure: Failure) {
+        self.0.write().insert(view, failure);
+    }
+
+    pub fn clear(&self, view: u64) {
+        self.0.write().remove(&view);
+    }
+}
+
+/// One row an expression failed on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowError {
+    pub view: String,
+    pub sqlstate: &'static str,
+    pub message: String,
+    /// The operator's input row, as a JSON object.
+    pub row: String,
+}
+
+/// A dataflow's policy and the row errors of the current epoch.
+#[derive(Debug, Default)]
+pub struct RowErrors {
+    /// The view and what it does on an error; none fails at once (tests).
+    policy: Option<(Arc<str>, OnError)>,
+    pub caught: Vec<RowError>,
+}
+
+impl RowErrors {
+    pub fn new(view: Arc<str>, on_error: OnError) -> RowErrors {
+        RowErrors {
+            policy: Some((view, on_error)),
+            caught: Vec::new(),
+        }
+    }
+
+    /// `expr` over every row of `rows`; rows it fails on get NULL when
+    /// the policy allows, and are recorded.
+    pub fn evaluate(&mut self, expr: &dyn PhysicalExpr, rows: &RecordBatch) -> Result<ArrayRef> {
+        match evaluate(expr, rows) {
+            Ok(array) => Ok(array),
+            Err(e) => match &self.policy {
+                Some((view, OnError::Null)) => {
+                    let view = view.clone();
+                    self.row_by_row(&view, expr, rows, e)
+                }
+                Some((view, OnError::Fail)) => Err(Failure::of(view, &e).to_error()),
+                None => Err(e),
+            },
+        }
+    }
+
+    fn row_by_row(
+        &mut self,
+        view: &str,
+        expr: &dyn PhysicalExpr,
+        rows: &RecordBatch,
+        batch_error: Error,
+    ) -> Result<ArrayRef> {
+        let data_type = expr.data_type(rows.schema_ref())?;
+        let mut parts = Vec::with_capacity(rows.num_rows());
+        for i in 0..rows.num_rows() {
+            let row = rows.slice(i, 1);
+            match evaluate(expr, &row) {
+                Ok(value) => parts.push(value),
+                Err(e) => {
+                    self.record(view, &e, &row)?;
+                    parts.push(new_null_array(&data_type, 1));
+                }
+            }
+        }
+        if parts.is_empty() {
+            return Err(batch_error);
+        }
+        let parts: Vec<&dyn datafusion::arrow::array::Array> =
+            parts.iter().map(|p| p.as_ref()).collect();
+        Ok(concat(&parts)?)
+    }
+
+    fn record(&mut self, view: &str, e: &Error, row: &RecordBatch) -> Result<()> {
+        tracing::debug!(view, code = e.sqlstate(), cause = %e, "a view's expression failed on a row");
+        self.caught.push(RowError {
+            view: view.to_string(),
+            sqlstate: e.sqlstate(),
+            message: e.message(),
+            row: rows_as_json(row)?.into_iter().next().unwrap_or_default(),
+        });
+        Ok(())
+    }
+}
+
+fn evaluate(expr: &dyn PhysicalExpr, rows: &RecordBatch) -> Result<ArrayRef> {
+    Ok(expr.evaluate(rows)?.into_array(rows.num_rows())?)
+}
+
+/// The `view_errors` table's definition, created at first start.
+pub fn definition(id: u64) -> TableDef {
+    let column = |name: &str, data_type: &DataType, sql_type: &str| ColumnDef {
+        name: name.into(),
+        data_type: data_type.to_string(),
+        sql_type: sql_type.into(),
+        nullable: true,
+    };
+    let columns = vec![
+        column("view", &DataType::Utf8, "character varying"),
+        column("epoch", &DataType::Int64, "bigint"),
+        column("sqlstate", &DataType::Utf8, "character varying"),
+        column("message", &DataType::Utf8, "character varying"),
+        column("row_json", &DataType::Utf8, "character varying"),
+    ];
+    TableDef::append_only(
+        id,
+        VIEW_ERRORS,
+        columns,
+        format!(
+            "CREATE TABLE {VIEW_ERRORS} (view VARCHAR, epoch BIGINT, sqlstate VARCHAR, \
+             message VARCHAR, row_json VARCHAR) APPEND ONLY"
+        ),
+    )
+}
+
+/// Row errors as rows of the table, met in `epoch`.
+pub fn batch(table: &Table, errors: &[RowError], epoch: u64) -> Result<RecordBatch> {
+    let text = |f: fn(&RowError) -> &str| -> ArrayRef {
+        Arc::new(StringArray::from_iter_values(errors.iter().map(f)))
+    };
+    let columns: Vec<ArrayRef> = vec![
+        text(|e| &e.view),
+        Arc::new(Int64Array::from(vec![epoch as i64; errors.len()])),
+        text(|e| e.sqlstate),
+        text(|e| &e.message),
+        text(|e| &e.row),
+    ];
+    Ok(RecordBatch::try_new(table.schema.clone(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::{Array, AsArray};
+    use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
+    use datafusion::logical_expr::Operator as BinaryOp;
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+
+    use super::*;
+
+    fn rows() -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(vec![6, 7, 8])),
+                Arc::new(Int64Array::from(vec![2, 0, 4])),
+            ],
+        )
+        .expect("batch")
+    }
+
+    fn divide() -> BinaryExpr {
+        BinaryExpr::new(
+            Arc::new(Column::new("a", 0)),
+            BinaryOp::Divide,
+            Arc::new(Column::new("b", 1)),
+        )
+    }
+
+    #[test]
+    fn a_failing_row_yields_null_and_is_recorded() {
+        let mut errors = RowErrors::new("v".into(), OnError::Null);
+        let out = errors.evaluate(&divide(), &rows()).expect("lenient");
+        let out = out.as_primitive::<Int64Type>();
+        assert_eq!(out.value(0), 3);
+        assert!(out.is_null(1));
+        assert_eq!(out.value(2), 2);
+        assert_eq!(errors.caught.len(), 1);
+        assert_eq!(errors.caught[0].sqlstate, "22012");
+        assert_eq!(errors.caught[0].row, r#"{"a":7,"b":0}"#);
+    }
+
+    #[test]
+    fn fail_stops_with_the_sqlstate() {
+        let mut errors = RowErrors::new("v".into(), OnError::Fail);
+        let e = errors.evaluate(&divide(), &rows()).expect_err("fails");
+        assert_eq!(e.sqlstate(), "22012");
+        assert!(e.message().contains("\"v\""), "{}", e.message());
+        assert!(!e.message().contains("bug"), "{}", e.message());
+    }
+
+    #[test]
+    fn policies_parse() {
+        assert_eq!(OnError::parse("FAIL").expect("fail"), OnError::Fail);
+        assert_eq!(
+            OnError::parse("abort").expect_err("unknown").sqlstate(),
+            "22023"
+        );
+    }
+}

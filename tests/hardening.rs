@@ -1,0 +1,124 @@
+//! Input that used to take the node down: statements too deep for a
+//! thread's stack, and views whose expressions fail on a row. After each,
+//! the node answers and other sessions see no change.
+
+mod common;
+
+use common::TestServer;
+
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code().map(|c| c.code().to_string()).unwrap_or_default()
+}
+
+async fn one(client: &tokio_postgres::Client) -> i64 {
+    client
+        .query_one("SELECT 1", &[])
+        .await
+        .expect("the session still answers")
+        .get(0)
+}
+
+fn chain(operator: &str, terms: usize) -> String {
+    vec!["1"; terms].join(operator)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_too_deep_are_refused_with_54001() {
+    let server = TestServer::start();
+    let bystander = server.connect().await;
+    bystander
+        .batch_execute("CREATE TABLE kept (a INT); INSERT INTO kept VALUES (1)")
+        .await
+        .expect("setup");
+    let client = server.connect().await;
+    let deep = [
+        format!("SELECT {}", chain(" + ", 20_000)),
+        format!("SELECT {}", chain(" + ", 1_001)),
+        format!("SELECT 1 WHERE {}", chain(" = 1 OR ", 50_000)),
+        format!("SELECT {}1{}", "(".repeat(5_000), ")".repeat(5_000)),
+        format!("SELECT 1{}", " IS DISTINCT FROM 1".repeat(20_000)),
+    ];
+    for sql in &deep {
+        let e = client.simple_query(sql).await.expect_err("too deep");
+        assert_eq!(code(&e), "54001", "{e}");
+        let e = client.prepare(sql).await.expect_err("too deep, prepared");
+        assert_eq!(code(&e), "54001", "{e}");
+        assert_eq!(one(&client).await, 1);
+    }
+    // As deep as weir allows, also inside a view, whose expressions run
+    // on the dataflow's threads.
+    let longest = format!("SELECT {} AS n", chain(" + ", 998));
+    let row = client
+        .query_one(&longest, &[])
+        .await
+        .expect("the longest chain");
+    assert_eq!(row.get::<_, i64>(0), 998);
+    let terms: Vec<String> = (0..498).map(|i| format!("a = {i}")).collect();
+    let or = format!("SELECT a FROM kept WHERE {}", terms.join(" OR "));
+    let row = client.query_one(&or, &[]).await.expect("a long OR");
+    assert_eq!(row.get::<_, i32>(0), 1);
+    client
+        .batch_execute(&format!("CREATE MATERIALIZED VIEW deep AS {or}; FLUSH"))
+        .await
+        .expect("a view with a long OR");
+    let e = client
+        .simple_query(&format!(
+            "CREATE MATERIALIZED VIEW deeper AS {or} OR a = 500 OR a = 501"
+        ))
+        .await
+        .expect_err("one term too many");
+    assert_eq!(code(&e), "54001", "{e}");
+    let kept: i64 = bystander
+        .query_one("SELECT count(*) FROM kept", &[])
+        .await
+        .expect("the other session")
+        .get(0);
+    assert_eq!(kept, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_view_holds_back_no_other_session() {
+    let server = TestServer::start();
+    let owner = server.connect().await;
+    owner
+        .batch_execute(
+            "CREATE TABLE t (a BIGINT, b BIGINT);
+             CREATE MATERIALIZED VIEW strict WITH (on_error = 'fail') AS SELECT a / b AS q FROM t;
+             CREATE MATERIALIZED VIEW lenient AS SELECT a / b AS q FROM t;",
+        )
+        .await
+        .expect("setup");
+    let other = server.connect().await;
+    other
+        .batch_execute(
+            "CREATE TABLE u (x INT); CREATE MATERIALIZED VIEW n AS SELECT count(*) AS c FROM u",
+        )
+        .await
+        .expect("other setup");
+    owner
+        .batch_execute("INSERT INTO t VALUES (1, 0), (4, 2); FLUSH")
+        .await
+        .expect("a failing row, then FLUSH");
+    other
+        .batch_execute("INSERT INTO u VALUES (1), (2); FLUSH")
+        .await
+        .expect("the other session's FLUSH");
+    let c: i64 = other
+        .query_one("SELECT c FROM n", &[])
+        .await
+        .expect("the other view")
+        .get(0);
+    assert_eq!(c, 2);
+    let e = owner
+        .query("SELECT * FROM strict", &[])
+        .await
+        .expect_err("the failed view answers with its error");
+    assert_eq!(code(&e), "22012", "{e}");
+    let rows = owner
+        .query("SELECT q FROM lenient ORDER BY q NULLS FIRST", &[])
+        .await
+        .expect("the lenient view");
+    let values: Vec<Option<i64>> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(values, vec![None, Some(2)]);
+    assert_eq!(server.metric("weir_view_errors_total").await, 1);
+}
