@@ -122,3 +122,47 @@ async fn a_failed_view_holds_back_no_other_session() {
     assert_eq!(values, vec![None, Some(2)]);
     assert_eq!(server.metric("weir_view_errors_total").await, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_and_cancel_stop_a_running_statement() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (a BIGINT); SET statement_timeout = '300ms'")
+        .await
+        .expect("setup");
+    // Each runs for minutes unless stopped.
+    let long = "SELECT count(*) FROM generate_series(1, 100000000000)";
+    let long_insert = "INSERT INTO t SELECT value FROM generate_series(1, 100000000000)";
+    for sql in [long, long_insert] {
+        let e = client.simple_query(sql).await.expect_err("times out");
+        assert_eq!(code(&e), "57014", "{e}");
+        let message = e.as_db_error().map(|d| d.message().to_string());
+        assert!(message.is_some_and(|m| m.contains("statement timeout")), "{e:?}");
+        assert_eq!(one(&client).await, 1);
+    }
+    let rows: i64 = client
+        .query_one("SELECT count(*) FROM t", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(rows, 0, "a stopped INSERT writes nothing");
+    let e = client
+        .batch_execute("SET statement_timeout = 'soon'")
+        .await
+        .expect_err("not a duration");
+    assert_eq!(code(&e), "22023", "{e}");
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .expect("off again");
+    let token = client.cancel_token();
+    let cancel = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        token.cancel_query(tokio_postgres::NoTls).await
+    });
+    let e = client.simple_query(long).await.expect_err("cancelled");
+    assert_eq!(code(&e), "57014", "{e}");
+    cancel.await.expect("task").expect("cancel request");
+    assert_eq!(one(&client).await, 1);
+}
