@@ -88,6 +88,10 @@ pub enum Error {
     Config(String),
     #[error("storage error: {0}")]
     Storage(#[from] rocksdb::Error),
+    /// Stored bytes failed their check: a block checksum, or a log chunk
+    /// that does not parse.
+    #[error("data corrupted: {0}")]
+    Corrupted(String),
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
     #[error("{0}")]
@@ -182,7 +186,9 @@ impl Error {
             Error::ViewFailed { sqlstate, .. } => sqlstate,
             Error::ShuttingDown => "57P01",
             Error::Config(_) => "F0000",
+            Error::Storage(e) if e.kind() == rocksdb::ErrorKind::Corruption => "XX001",
             Error::Storage(_) | Error::Io(_) => "58030",
+            Error::Corrupted(_) => "XX001",
             Error::DataFusion(e) => datafusion_sqlstate(e),
             Error::Internal(_) => "XX000",
         }

@@ -138,7 +138,10 @@ async fn statement_timeout_and_cancel_stop_a_running_statement() {
         let e = client.simple_query(sql).await.expect_err("times out");
         assert_eq!(code(&e), "57014", "{e}");
         let message = e.as_db_error().map(|d| d.message().to_string());
-        assert!(message.is_some_and(|m| m.contains("statement timeout")), "{e:?}");
+        assert!(
+            message.is_some_and(|m| m.contains("statement timeout")),
+            "{e:?}"
+        );
         assert_eq!(one(&client).await, 1);
     }
     let rows: i64 = client
@@ -165,4 +168,57 @@ async fn statement_timeout_and_cancel_stop_a_running_statement() {
     assert_eq!(code(&e), "57014", "{e}");
     cancel.await.expect("task").expect("cancel request");
     assert_eq!(one(&client).await, 1);
+}
+
+/// Flip bytes in the middle of the largest table file: its data blocks.
+fn damage_largest_table_file(db: &std::path::Path) -> std::path::PathBuf {
+    let largest = std::fs::read_dir(db)
+        .expect("data directory")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
+        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .expect("a table file after compaction");
+    let mut bytes = std::fs::read(&largest).expect("read");
+    let middle = bytes.len() / 3;
+    for byte in &mut bytes[middle..middle + 64] {
+        *byte ^= 0x5a;
+    }
+    std::fs::write(&largest, bytes).expect("write");
+    largest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_table_file_is_refused_with_xx001() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, pad VARCHAR);
+             INSERT INTO t SELECT value, repeat('x', 200) FROM generate_series(1, 20000);",
+        )
+        .await
+        .expect("setup");
+    assert!(server.http("POST", "/compact").await.contains("200"));
+    drop(client);
+    assert!(server.terminate(), "clean stop");
+    damage_largest_table_file(&server.data_dir().join("db"));
+    server.restart();
+    let client = server.connect().await;
+    let e = client
+        .query("SELECT count(*), max(pad) FROM t", &[])
+        .await
+        .expect_err("no wrong rows served silently");
+    assert_eq!(code(&e), "XX001", "{e:?}");
+    assert_eq!(one(&client).await, 1);
+    client
+        .batch_execute("CREATE TABLE fresh (a INT); INSERT INTO fresh VALUES (1)")
+        .await
+        .expect("the node goes on");
+    let n: i64 = client
+        .query_one("SELECT count(*) FROM fresh", &[])
+        .await
+        .expect("fresh table")
+        .get(0);
+    assert_eq!(n, 1);
 }

@@ -192,7 +192,7 @@ fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N]> {
 }
 
 fn corrupt() -> Error {
-    Error::Internal("a log chunk is truncated".into())
+    Error::Corrupted("a log chunk is truncated or damaged".into())
 }
 
 /// Read a topic partition from `from` on, chunk by chunk, as of a snapshot.

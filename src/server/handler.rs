@@ -193,7 +193,12 @@ impl QueryHandler {
             Ok(output) => to_response(output, format, client.metadata()),
             Err(e) => {
                 Metrics::add(&self.engine.metrics.statement_errors, 1);
-                tracing::debug!(code = e.sqlstate(), error = %e, "statement failed");
+                // Damage and bugs are the operator's to see, not only the client's.
+                match e.sqlstate() {
+                    "XX001" => tracing::error!(error = %e, "stored data is corrupted"),
+                    "XX000" => tracing::error!(error = %e, "statement failed on an internal error"),
+                    code => tracing::debug!(code, error = %e, "statement failed"),
+                }
                 Err(to_pg_error(e))
             }
         }
