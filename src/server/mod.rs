@@ -2,6 +2,7 @@
 
 mod coalesce;
 mod copyout;
+pub mod frames;
 mod handler;
 pub mod http;
 mod text;
