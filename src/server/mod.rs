@@ -343,3 +343,70 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
         "panic"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Debug;
+
+    use async_trait::async_trait;
+    use futures::Sink;
+    use pgwire::api::results::{Response, Tag};
+    use pgwire::error::PgWireResult;
+
+    use super::*;
+
+    /// Panics on the query `panic`, answers any other.
+    struct Panicking;
+
+    #[async_trait]
+    impl SimpleQueryHandler for Panicking {
+        async fn do_query<C>(&self, _: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+        where
+            C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+            C::Error: Debug,
+            PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+        {
+            assert_ne!(query, "panic", "the test asked for it");
+            Ok(vec![Response::Execution(Tag::new("OK"))])
+        }
+    }
+
+    struct Handlers;
+
+    impl PgWireServerHandlers for Handlers {
+        fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+            Arc::new(Panicking)
+        }
+    }
+
+    async fn client(port: u16) -> tokio_postgres::Client {
+        let config = format!("host=127.0.0.1 port={port} user=u dbname=d");
+        let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        client
+    }
+
+    #[tokio::test]
+    async fn a_panic_ends_its_connection_only_with_a_fatal_internal_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let socket = socket.into_std().expect("std socket");
+                tokio::spawn(serve(socket, Handlers));
+            }
+        });
+        let bystander = client(port).await;
+        let victim = client(port).await;
+        let error = victim.simple_query("panic").await.expect_err("panicked");
+        let error = error.as_db_error().expect("an ErrorResponse");
+        assert_eq!(error.code().code(), "XX000");
+        assert_eq!(error.severity(), "FATAL");
+        assert!(error.message().contains("this is a bug"), "{error:?}");
+        assert!(victim.simple_query("again").await.is_err());
+        bystander.simple_query("fine").await.expect("unaffected");
+        client(port).await.simple_query("fine").await.expect("new");
+    }
+}
