@@ -160,7 +160,10 @@ async fn negotiate<S>(
         let refusal = match connection.next().await {
             Some(Ok(PgWireFrontendMessage::SslNegotiation(request))) => match request {
                 SslNegotiationMetaMessage::PostgresSsl(_) => {
-                    // TLS would be accepted here; weir has no acceptor yet.
+                    // TLS would be accepted here, on the socket taken back
+                    // out of the guard, refusing any bytes the client sent
+                    // after the request (CVE-2021-23214); weir has no
+                    // acceptor yet.
                     if let Some(tls) = &tls {
                         match *tls {}
                     }
