@@ -12,4 +12,21 @@ pub fn init() {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    log_panics();
+}
+
+/// Log every panic through `tracing`, with a backtrace. A panic while
+/// serving a connection is caught and ends that connection only, so the
+/// node keeps running and this log line is what says where it happened.
+fn log_panics() {
+    std::panic::set_hook(Box::new(|panic| {
+        let backtrace = std::backtrace::Backtrace::force_capture();
+        let thread = std::thread::current();
+        tracing::error!(
+            thread = thread.name().unwrap_or("unnamed"),
+            panic = %panic,
+            backtrace = %backtrace,
+            "panicked"
+        );
+    }));
 }

@@ -2,16 +2,37 @@
 
 mod coalesce;
 mod copyout;
+pub mod frames;
 mod handler;
 pub mod http;
 mod text;
 mod threads;
 
 use std::future::Future;
+use std::io;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
-use tokio::net::TcpListener;
+use futures::{FutureExt, SinkExt, StreamExt};
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::cancel::CancelHandler;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::{
+    ClientInfo, DefaultClient, ErrorHandler, PgWireConnectionState, PgWireServerHandlers,
+};
+use pgwire::error::{ErrorInfo, PgWireError};
+use pgwire::messages::response::{GssEncResponse, SslResponse};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, SslNegotiationMetaMessage};
+use pgwire::tokio::server::{MaybeTls, PgWireMessageServerCodec, process_error, process_message};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio::time::Sleep;
+use tokio_util::codec::Framed;
+
+use frames::{FrameGuard, Malformed};
 
 use crate::error::Result;
 use crate::session::{Engine, Metrics};
@@ -56,8 +77,14 @@ pub async fn run(
                 let watched = socket.try_clone().ok().map(std::os::fd::OwnedFd::from);
                 threads.spawn(&mut connections, watched, async move {
                     let sockets = handlers.sockets.clone();
-                    if let Err(e) = serve(socket, handlers).await {
-                        tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
+                    // The loop catches panics while it serves messages; this
+                    // catches the rest, so the socket is always unregistered.
+                    match AssertUnwindSafe(serve(socket, handlers)).catch_unwind().await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
+                        }
+                        Err(_) => tracing::error!(peer = %peer, "connection task panicked"),
                     }
                     sockets.closed(&peer);
                 });
@@ -81,9 +108,308 @@ pub async fn run(
     Ok(())
 }
 
+/// How long a client has to finish its startup (pgwire's value).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a last ErrorResponse may take to reach a client that is not
+/// reading before its connection is dropped without it.
+const FAREWELL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection: pgwire's codec over the frame guard over the socket.
+type Connection<S> = Framed<FrameGuard<MaybeTls>, PgWireMessageServerCodec<S>>;
+
 /// Serve one connection on the runtime polling this future, whose reactor
-/// then watches the socket.
-async fn serve(socket: std::net::TcpStream, handlers: Arc<Handlers>) -> std::io::Result<()> {
-    let socket = tokio::net::TcpStream::from_std(socket)?;
-    pgwire::tokio::process_socket(socket, None, handlers).await
+/// then watches the socket. pgwire's `process_socket`, with the frame guard
+/// under its codec and panics caught per message.
+async fn serve<H: PgWireServerHandlers>(
+    socket: std::net::TcpStream,
+    handlers: H,
+) -> io::Result<()> {
+    let socket = TcpStream::from_std(socket)?;
+    let startup = tokio::time::sleep(STARTUP_TIMEOUT);
+    tokio::pin!(startup);
+    let negotiated = tokio::select! {
+        _ = &mut startup => return Ok(()),
+        negotiated = negotiate(socket, None) => negotiated?,
+    };
+    let Some(mut connection) = negotiated else {
+        return Ok(());
+    };
+    let callbacks = Callbacks {
+        startup: handlers.startup_handler(),
+        query: handlers.simple_query_handler(),
+        extended: handlers.extended_query_handler(),
+        copy: handlers.copy_handler(),
+        cancel: handlers.cancel_handler(),
+        error: handlers.error_handler(),
+    };
+    callbacks.serve_messages(&mut connection, startup).await
+}
+
+/// Answer the client's SSLRequest and GSSENCRequest: 'N' to both while no
+/// TLS is configured, so the client goes on in plain text. `None` when the
+/// connection ended during it.
+async fn negotiate<S>(
+    socket: TcpStream,
+    tls: Option<pgwire::tokio::TlsAcceptor>,
+) -> io::Result<Option<Connection<S>>> {
+    let client = DefaultClient::new(socket.peer_addr()?, false);
+    let guarded = FrameGuard::new(MaybeTls::Plain(socket));
+    let mut connection = Framed::new(guarded, PgWireMessageServerCodec::new(client));
+    loop {
+        let refusal = match connection.next().await {
+            Some(Ok(PgWireFrontendMessage::SslNegotiation(request))) => match request {
+                SslNegotiationMetaMessage::PostgresSsl(_) => {
+                    // TLS would be accepted here, on the socket taken back
+                    // out of the guard, refusing any bytes the client sent
+                    // after the request (CVE-2021-23214); weir has no
+                    // acceptor yet.
+                    if let Some(tls) = &tls {
+                        match *tls {}
+                    }
+                    PgWireBackendMessage::SslResponse(SslResponse::Refuse)
+                }
+                SslNegotiationMetaMessage::PostgresGss(_) => {
+                    PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse)
+                }
+                // A startup packet or a cancel request follows.
+                SslNegotiationMetaMessage::None => break,
+            },
+            Some(Ok(_)) => break,
+            Some(Err(e)) => {
+                refuse(&mut connection, e).await;
+                return Ok(None);
+            }
+            None => return Ok(None),
+        };
+        connection.send(refusal).await?;
+    }
+    connection.set_state(PgWireConnectionState::AwaitingStartup);
+    Ok(Some(connection))
+}
+
+/// What the connection does after a message.
+enum Step {
+    Continue,
+    End,
+}
+
+/// The handlers pgwire's `process_message` takes, by their types: the
+/// connection's codec is typed by the extended query handler's statement.
+struct Callbacks<A, Q, EQ, C, CR, E> {
+    startup: Arc<A>,
+    query: Arc<Q>,
+    extended: Arc<EQ>,
+    copy: Arc<C>,
+    cancel: Arc<CR>,
+    error: Arc<E>,
+}
+
+impl<A, Q, EQ, C, CR, E> Callbacks<A, Q, EQ, C, CR, E>
+where
+    A: StartupHandler,
+    Q: SimpleQueryHandler,
+    EQ: ExtendedQueryHandler,
+    C: CopyHandler,
+    CR: CancelHandler,
+    E: ErrorHandler,
+{
+    /// The message loop of pgwire's `process_socket`, each message's
+    /// decoding and processing under `catch_unwind`: a panic ends this
+    /// connection only, with a FATAL XX000 when the client can still be told.
+    async fn serve_messages(
+        &self,
+        connection: &mut Connection<EQ::Statement>,
+        mut startup: Pin<&mut Sleep>,
+    ) -> io::Result<()> {
+        let peer = connection.codec().client_info.socket_addr;
+        loop {
+            let step = AssertUnwindSafe(self.serve_message(connection, startup.as_mut()))
+                .catch_unwind()
+                .await;
+            match step {
+                Ok(Ok(Step::Continue)) => {}
+                Ok(Ok(Step::End)) => return Ok(()),
+                Ok(Err(e)) => return Err(e),
+                Err(panic) => {
+                    let what = panic_message(panic.as_ref());
+                    tracing::error!(peer = %peer, panic = what, "connection panicked; closing it");
+                    let message = format!("internal error: {what}; this is a bug");
+                    let info = ErrorInfo::new("FATAL".to_string(), "XX000".to_string(), message);
+                    farewell(connection, info).await;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Read one message and process it, as pgwire's `process_socket_messages!`.
+    async fn serve_message(
+        &self,
+        connection: &mut Connection<EQ::Statement>,
+        startup: Pin<&mut Sleep>,
+    ) -> io::Result<Step> {
+        let starting = matches!(
+            connection.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let message = if starting {
+            tokio::select! {
+                _ = startup => None,
+                message = connection.next() => message,
+            }
+        } else {
+            connection.next().await
+        };
+        let message = match message {
+            None => return Ok(Step::End),
+            Some(Err(e)) => {
+                refuse(connection, e).await;
+                return Ok(Step::End);
+            }
+            // The client is leaving and may wait for the socket to close.
+            Some(Ok(PgWireFrontendMessage::Terminate(_))) => return Ok(Step::End),
+            Some(Ok(message)) => message,
+        };
+        let is_extended_query = match connection.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => message.is_extended_query(),
+        };
+        let processed = process_message(
+            message,
+            connection,
+            self.startup.clone(),
+            self.query.clone(),
+            self.extended.clone(),
+            self.copy.clone(),
+            self.cancel.clone(),
+        )
+        .await;
+        if let Err(mut e) = processed {
+            self.error.on_error(connection, &mut e);
+            process_error(connection, e, is_extended_query).await?;
+        }
+        Ok(Step::Continue)
+    }
+}
+
+/// A message could not be read: tell the client why, when it was the
+/// client's bytes rather than the socket that failed.
+async fn refuse<S>(connection: &mut Connection<S>, error: PgWireError) {
+    let info = match error {
+        PgWireError::IoError(e) => {
+            let Some(malformed) = e.get_ref().and_then(|e| e.downcast_ref::<Malformed>()) else {
+                return;
+            };
+            let peer = connection.codec().client_info.socket_addr;
+            tracing::info!(peer = %peer, cause = %malformed, detail = malformed.detail(), "refused a malformed frame");
+            let mut info = ErrorInfo::new(
+                "FATAL".to_string(),
+                malformed.sqlstate().to_string(),
+                malformed.to_string(),
+            );
+            info.detail = Some(malformed.detail());
+            info
+        }
+        // pgwire's decoder refused a frame the guard let through (a
+        // FunctionCall, or a startup packet of a protocol it lacks): the
+        // stream is unusable after a decoding error.
+        other => {
+            let mut info = ErrorInfo::from(other);
+            info.severity = "FATAL".to_string();
+            info
+        }
+    };
+    farewell(connection, info).await;
+}
+
+/// Send a last ErrorResponse and close, giving up on a client that does
+/// not read.
+async fn farewell<S>(connection: &mut Connection<S>, info: ErrorInfo) {
+    let goodbye = async {
+        connection
+            .send(PgWireBackendMessage::ErrorResponse(info.into()))
+            .await?;
+        connection.close().await
+    };
+    let _ = tokio::time::timeout(FAREWELL_TIMEOUT, goodbye).await;
+}
+
+/// The text a panic carried, for the client and the log.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "panic"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fmt::Debug;
+
+    use async_trait::async_trait;
+    use futures::Sink;
+    use pgwire::api::results::{Response, Tag};
+    use pgwire::error::PgWireResult;
+
+    use super::*;
+
+    /// Panics on the query `panic`, answers any other.
+    struct Panicking;
+
+    #[async_trait]
+    impl SimpleQueryHandler for Panicking {
+        async fn do_query<C>(&self, _: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+        where
+            C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+            C::Error: Debug,
+            PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+        {
+            assert_ne!(query, "panic", "the test asked for it");
+            Ok(vec![Response::Execution(Tag::new("OK"))])
+        }
+    }
+
+    struct Handlers;
+
+    impl PgWireServerHandlers for Handlers {
+        fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+            Arc::new(Panicking)
+        }
+    }
+
+    async fn client(port: u16) -> tokio_postgres::Client {
+        let config = format!("host=127.0.0.1 port={port} user=u dbname=d");
+        let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls)
+            .await
+            .expect("connect");
+        tokio::spawn(connection);
+        client
+    }
+
+    #[tokio::test]
+    async fn a_panic_ends_its_connection_only_with_a_fatal_internal_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("address").port();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let socket = socket.into_std().expect("std socket");
+                tokio::spawn(serve(socket, Handlers));
+            }
+        });
+        let bystander = client(port).await;
+        let victim = client(port).await;
+        let error = victim.simple_query("panic").await.expect_err("panicked");
+        let error = error.as_db_error().expect("an ErrorResponse");
+        assert_eq!(error.code().code(), "XX000");
+        assert_eq!(error.severity(), "FATAL");
+        assert!(error.message().contains("this is a bug"), "{error:?}");
+        assert!(victim.simple_query("again").await.is_err());
+        bystander.simple_query("fine").await.expect("unaffected");
+        client(port).await.simple_query("fine").await.expect("new");
+    }
 }
