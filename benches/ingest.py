@@ -892,7 +892,7 @@ def markdown(args, servers: list[Server], runs: list[Run], summary: dict, memory
     lines.append("### Ingest: weir and PostgreSQL 15")
     lines.append("")
     lines.append(
-        f"Bulk load of {args.rows:,} rows `(id BIGINT PRIMARY KEY, name VARCHAR, city VARCHAR, "
+        f"Bulk load of {args.copy_rows:,} rows `(id BIGINT PRIMARY KEY, name VARCHAR, city VARCHAR, "
         f"price BIGINT)` with `COPY ... FROM STDIN` (text format), and single-row parameterised "
         f"`INSERT`s (extended protocol, autocommit, {dur}) from 1 and from {n} connections. "
         f"Median of {args.repeat} run{'s' if args.repeat != 1 else ''} per system, the systems "
