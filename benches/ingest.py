@@ -4,7 +4,9 @@
 Starts a scratch PostgreSQL 15 cluster and a weir node, each in its own
 temporary directory on free local ports, and measures on both:
 
-  copy      bulk load of --rows rows with `COPY t FROM STDIN` (text format)
+  copy      bulk load of --copy-rows rows (default --rows) with
+            `COPY t FROM STDIN` (text format); reports the server's peak
+            resident memory (VmHWM) once the COPY is done
   insert    single-row parameterised INSERTs (extended protocol, autocommit)
             from 1 connection for --insert-seconds
   insert-N  the same from --concurrency connections (one thread each)
@@ -603,6 +605,21 @@ class Run:
     latency_ms: dict = field(default_factory=dict)
     counted_rows: int | None = None
     verify_error: str | None = None
+    peak_rss_mib: float | None = None  # the server's VmHWM after the run (its peak since it started)
+
+
+def peak_rss_mib(pid: int | None) -> float | None:
+    """A process's peak resident set size so far, from /proc/PID/status."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def client_cpu() -> float:
@@ -643,6 +660,7 @@ def run_copy(server: Server, table: str, chunks: list[bytes], rows: int, repeat:
             seconds=t1 - t0, rows_per_sec=rows / (t1 - t0),
             server_cpu_seconds=cpu1 - cpu0, client_cpu_seconds=ccpu1 - ccpu0,
             visible_seconds=t2 - t0,
+            peak_rss_mib=peak_rss_mib(server.pid()),
         )
         verify(server, conn, table, rows, run)
     return run
@@ -874,7 +892,7 @@ def markdown(args, servers: list[Server], runs: list[Run], summary: dict, memory
     lines.append("### Ingest: weir and PostgreSQL 15")
     lines.append("")
     lines.append(
-        f"Bulk load of {args.rows:,} rows `(id BIGINT PRIMARY KEY, name VARCHAR, city VARCHAR, "
+        f"Bulk load of {args.copy_rows:,} rows `(id BIGINT PRIMARY KEY, name VARCHAR, city VARCHAR, "
         f"price BIGINT)` with `COPY ... FROM STDIN` (text format), and single-row parameterised "
         f"`INSERT`s (extended protocol, autocommit, {dur}) from 1 and from {n} connections. "
         f"Median of {args.repeat} run{'s' if args.repeat != 1 else ''} per system, the systems "
@@ -1001,6 +1019,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--pg-user", default="postgres",
                    help="unprivileged user to run PostgreSQL as when this script runs as root")
     p.add_argument("--rows", type=int, default=1_000_000, help="rows in the COPY bulk load")
+    p.add_argument("--copy-rows", type=int, default=None,
+                   help="rows in the COPY bulk load; --rows when not given")
     p.add_argument("--copy-chunk-rows", type=int, default=10_000, help="rows per COPY data message batch")
     p.add_argument("--insert-seconds", type=float, default=10.0, help="duration of each INSERT run")
     p.add_argument("--insert-count", type=int, default=None,
@@ -1022,6 +1042,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--settle-seconds", type=float, default=1.0, help="pause between runs")
     args = p.parse_args(argv)
     args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    if args.copy_rows is None:
+        args.copy_rows = args.rows
+    if args.copy_rows < 1:
+        p.error("--copy-rows must be positive")
     unknown = [x for x in args.phases if x not in PHASES]
     if unknown:
         p.error(f"unknown phase(s) {unknown}; choose from {PHASES}")
@@ -1074,8 +1098,8 @@ def main(argv: list[str]) -> int:
     try:
         chunks: list[bytes] = []
         if "copy" in args.phases:
-            log(f"generating {args.rows:,} rows of COPY data")
-            chunks = list(copy_chunks(args.rows, args.copy_chunk_rows))
+            log(f"generating {args.copy_rows:,} rows of COPY data")
+            chunks = list(copy_chunks(args.copy_rows, args.copy_chunk_rows))
             log(f"  {sum(map(len, chunks)) / 1e6:.1f} MB in {len(chunks)} chunks")
         for s in servers:
             started.append(s)
@@ -1094,7 +1118,7 @@ def main(argv: list[str]) -> int:
                     time.sleep(args.settle_seconds)
                     table = f"bench_{phase.replace('-', '_')}_{rep}"
                     if phase == "copy":
-                        run = run_copy(s, table, chunks, args.rows, rep)
+                        run = run_copy(s, table, chunks, args.copy_rows, rep)
                     else:
                         conns = 1 if phase == "insert" else args.concurrency
                         run = run_inserts(s, table, phase, conns, args.insert_seconds,
@@ -1104,6 +1128,8 @@ def main(argv: list[str]) -> int:
                     extra = ""
                     if run.latency_ms:
                         extra = f", p50 {run.latency_ms['p50']:.2f} ms, p99 {run.latency_ms['p99']:.2f} ms"
+                    if run.peak_rss_mib is not None:
+                        extra += f", server peak RSS {run.peak_rss_mib:,.0f} MiB"
                     log(f"{phase:<18} {s.key:<4} run {rep}: {run.rows:,} rows in {run.seconds:.2f} s = "
                         f"{run.rows_per_sec:,.0f} rows/s{extra}")
 

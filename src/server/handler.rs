@@ -582,10 +582,18 @@ impl CopyHandler for QueryHandler {
     {
         let shared = session_of(client);
         let mut session = shared.lock().await;
-        if let Some(copy) = session.copy.as_mut() {
-            copy.data.extend_from_slice(&copy_data.data);
+        let Some(copy) = session.copy.as_mut() else {
+            return Ok(());
+        };
+        match handlers::copy::receive(&self.engine, copy, &copy_data.data).await {
+            Ok(()) => Ok(()),
+            // The COPY is over: its data is no longer wanted.
+            Err(e) => {
+                session.copy = None;
+                Metrics::add(&self.engine.metrics.statement_errors, 1);
+                Err(to_pg_error(e))
+            }
         }
-        Ok(())
     }
 
     async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>

@@ -69,7 +69,13 @@ pub struct CopyIn {
     /// Indices of the table columns the data fills, in data order.
     pub columns: Vec<usize>,
     pub format: handlers::copy::CopyFormat,
+    /// The data received and not yet handed on as a part.
     pub data: Vec<u8>,
+    /// Once the data outgrows one part: parses and stages parts as they
+    /// come, so that a COPY of any size holds a few parts in memory.
+    pub loader: Option<handlers::copy::Loader>,
+    /// Where `data` is next tried for a part boundary.
+    pub next_cut: usize,
 }
 
 /// One connection's state.

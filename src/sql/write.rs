@@ -6,7 +6,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::catalog::Table;
 use crate::error::{Error, Result};
-use crate::state::writer::{Change, KeyedRow, WriteOp, Writer};
+use crate::state::writer::{Change, KeyedRow, Stage, WriteOp, Writer};
 
 /// Write a statement's rows to a table; returns how many were inserted.
 pub async fn insert_batches(
@@ -70,6 +70,11 @@ impl NewRows {
             }
         }
         Ok(Some(joined))
+    }
+
+    /// Add the rows to a bulk load's stage instead of writing them now.
+    pub fn stage(self, table: &Arc<Table>, stage: &mut Stage) -> Result<()> {
+        stage.push(&table.target(), self.op, self.watermark)
     }
 
     pub async fn write(self, table: &Arc<Table>, writer: &Writer) -> Result<u64> {

@@ -13,6 +13,11 @@
 //!
 //! Log offsets are assigned under the commit lock, which makes each
 //! partition's offsets dense and ordered by commit.
+//!
+//! A bulk load too large for one `WriteBatch` is staged on disk and
+//! committed apart from the groups, under the same lock: see [`bulk`].
+
+mod bulk;
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
@@ -28,6 +33,8 @@ use crate::log::embedded::{CHUNK_ROWS, Stamp, chunk_len, decode_chunk, encode_ch
 use crate::state::commitlog::{self, CommitLog, Unapplied};
 use crate::state::disk::{DiskGuard, is_disk_full};
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
+
+pub use bulk::Stage;
 
 /// What a write is applied to.
 #[derive(Clone)]
@@ -227,6 +234,8 @@ impl Writer {
         // Opened even when writes are not synced: what a power cut took from
         // an earlier run that synced must come back either way.
         let log = CommitLog::open(db, read_sequence(db)?)?;
+        // After the ring: a load's commit marker may be among what it replayed.
+        bulk::recover(db)?;
         let log = sync.then_some(log);
         let (sequence, committed) = watch::channel(read_sequence(db)?);
         let shared = Arc::new(Shared {
@@ -303,6 +312,23 @@ impl Writer {
                 .map_err(|_| Error::ShuttingDown)?;
         }
         rx.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// A new, empty stage for a bulk load into this store.
+    pub fn stage(&self) -> Result<Stage> {
+        let db = self.shared.db.upgrade().ok_or(Error::ShuttingDown)?;
+        Stage::create(db.path())
+    }
+
+    /// Commit a staged load as one statement, atomically; returns its rows.
+    /// Other writes wait while its files are written and ingested.
+    pub async fn commit_stage(&self, target: Target, stage: Stage) -> Result<u64> {
+        let producers: Vec<Producer> = current_producer().into_iter().collect();
+        let shared = self.shared.clone();
+        let commit = move || shared.commit_stage(&target, stage, &producers);
+        tokio::task::spawn_blocking(commit)
+            .await
+            .map_err(|e| Error::Internal(format!("a bulk load's commit failed: {e}")))?
     }
 
     /// Commit `request` on this thread when the writer is idle and nobody
@@ -401,6 +427,41 @@ impl Shared {
             let _ = reply.send(outcome);
         }
         true
+    }
+}
+
+impl Shared {
+    fn commit_stage(
+        &self,
+        target: &Target,
+        mut stage: Stage,
+        producers: &[Producer],
+    ) -> Result<u64> {
+        let db = self.db.upgrade().ok_or(Error::ShuttingDown)?;
+        if let Some(disk) = &self.disk {
+            disk.check()?;
+        }
+        let mut committer = self.committer.lock();
+        // Checks read the store: the group before must be in it.
+        self.unapplied.settle(&db)?;
+        if stage.rows() == 0 || Group::default().all_committed(&db, producers)? {
+            return Ok(stage.rows());
+        }
+        let stamp = Stamp {
+            epoch: *self.sequence.borrow() + 1,
+            time: now_micros(),
+            compacted: false,
+        };
+        match bulk::commit(&db, &mut committer, target, &mut stage, stamp, producers) {
+            Ok(rows) => {
+                self.sequence.send_replace(stamp.epoch);
+                Ok(rows)
+            }
+            Err(e) => {
+                committer.offsets.forget();
+                Err(e)
+            }
+        }
     }
 }
 

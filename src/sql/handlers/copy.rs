@@ -1,31 +1,45 @@
 //! COPY t [(columns)] FROM STDIN and COPY {t [(columns)] | (query)} TO
 //! STDOUT, in PostgreSQL's text and CSV formats.
 //!
-//! The data is gathered while the client sends it and written as one
-//! statement when it ends: all rows or none. Text is parsed to strings and
-//! cast to the column types with Arrow's cast kernels, so COPY accepts what
-//! a SQL cast from text accepts. Large data is cut at line boundaries into
-//! one part a core, parsed and encoded side by side, and written as one.
+//! The data is written as one statement when it ends: all rows or none.
+//! Text is parsed to strings and cast to the column types with Arrow's cast
+//! kernels, so COPY accepts what a SQL cast from text accepts.
+//!
+//! Data that fits in one part ([`PART_BYTES`]) is gathered, cut at line
+//! boundaries into one part a core, parsed and encoded side by side, and
+//! written as one request. Larger data is cut into parts while it arrives;
+//! a loader thread parses and encodes each part and appends it to a stage
+//! on disk, and the writer commits the stage at the end
+//! (`state/writer/bulk.rs`). Memory then holds a few parts, whatever the
+//! size of the data.
 
 mod split;
 
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringBuilder, new_null_array};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringBuilder, new_null_array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
+use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::FormatOptions;
 use sqlparser::ast;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
 use crate::session::{CopyIn, Engine, Output, Session};
 use crate::sql::parser::{ident_name, object_name, parse_query};
 use crate::sql::write::NewRows;
+use crate::state::writer::Stage;
 
 /// Rows per batch while parsing.
 const BATCH_ROWS: usize = 8192;
+
+/// Data gathered before a part is cut off and handed to the loader: a few
+/// MiB bounds memory and amortises what each part costs.
+pub const PART_BYTES: usize = 4 << 20;
 
 #[derive(Debug, Clone)]
 pub struct CopyFormat {
@@ -89,6 +103,8 @@ pub async fn start(
         columns,
         format,
         data: Vec::new(),
+        loader: None,
+        next_cut: PART_BYTES,
     });
     Ok(Output::CopyIn { columns: count })
 }
@@ -252,23 +268,163 @@ fn copy_format(
     Ok(format)
 }
 
-/// The client sent all its data: parse it and write it as one statement.
-pub async fn finish(engine: &Arc<Engine>, copy: CopyIn) -> Result<Output> {
-    let rows = encode(&copy)?;
-    let count = rows.write(&copy.table, &engine.writer).await?;
+/// What parsing needs of a COPY, shared with its loader thread.
+#[derive(Debug, Clone)]
+struct Layout {
+    table: Arc<Table>,
+    columns: Vec<usize>,
+    format: CopyFormat,
+}
+
+impl Layout {
+    fn of(copy: &CopyIn) -> Layout {
+        Layout {
+            table: copy.table.clone(),
+            columns: copy.columns.clone(),
+            format: copy.format.clone(),
+        }
+    }
+}
+
+/// Data from the client: once a part's worth has arrived, cut it off at
+/// the last line boundary and hand it to the loader, started on the first.
+pub async fn receive(engine: &Arc<Engine>, copy: &mut CopyIn, bytes: &[u8]) -> Result<()> {
+    copy.data.extend_from_slice(bytes);
+    if copy.data.len() < copy.next_cut {
+        return Ok(());
+    }
+    let Some(cut) = split::last_boundary(&copy.data, copy.format.csv) else {
+        // One record longer than a part: look again once it may have ended.
+        copy.next_cut = copy.data.len() * 2;
+        return Ok(());
+    };
+    copy.next_cut = PART_BYTES;
+    let mut rest = Vec::with_capacity(PART_BYTES + PART_BYTES / 4);
+    rest.extend_from_slice(&copy.data[cut..]);
+    copy.data.truncate(cut);
+    let part = std::mem::replace(&mut copy.data, rest);
+    let loader = match &mut copy.loader {
+        Some(loader) => loader,
+        None => copy.loader.insert(Loader::start(engine, Layout::of(copy))?),
+    };
+    loader.send(part).await;
+    Ok(())
+}
+
+/// The client sent all its data: write it as one statement.
+pub async fn finish(engine: &Arc<Engine>, mut copy: CopyIn) -> Result<Output> {
+    let Some(mut loader) = copy.loader.take() else {
+        let rows = encode(&Layout::of(&copy), &copy.data)?;
+        let count = rows.write(&copy.table, &engine.writer).await?;
+        return Ok(Output::with_rows("COPY", count));
+    };
+    if !copy.data.is_empty() {
+        loader.send(std::mem::take(&mut copy.data)).await;
+    }
+    let stage = loader.finish().await?;
+    let count = engine
+        .writer
+        .commit_stage(copy.table.target(), stage)
+        .await?;
     Ok(Output::with_rows("COPY", count))
 }
 
-fn encode(copy: &CopyIn) -> Result<NewRows> {
-    let parts = split::parts(&copy.data, copy.format.csv, cores());
+/// A thread that parses, encodes and stages the parts of one COPY in
+/// order. Parts wait in a channel of one, so a client that sends faster
+/// than they are parsed waits for the thread.
+pub struct Loader {
+    parts: Option<mpsc::Sender<Vec<u8>>>,
+    done: oneshot::Receiver<Result<Stage>>,
+    /// Set when the COPY ends without `CopyDone`: the thread stops at its
+    /// next part instead of parsing what is queued.
+    abandoned: Arc<AtomicBool>,
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader").finish_non_exhaustive()
+    }
+}
+
+impl Loader {
+    fn start(engine: &Arc<Engine>, layout: Layout) -> Result<Loader> {
+        let stage = engine.writer.stage()?;
+        let (parts, receiver) = mpsc::channel(1);
+        let (reply, done) = oneshot::channel();
+        let abandoned = Arc::new(AtomicBool::new(false));
+        let stop = abandoned.clone();
+        std::thread::Builder::new()
+            .name("weir-copy".into())
+            .spawn(move || {
+                let _ = reply.send(load(&layout, stage, receiver, &stop));
+            })?;
+        Ok(Loader {
+            parts: Some(parts),
+            done,
+            abandoned,
+        })
+    }
+
+    /// Hand on a part. A loader that stopped (a bad row, or `\.`) takes
+    /// no more; what it stopped for is the statement's outcome.
+    async fn send(&mut self, part: Vec<u8>) {
+        if let Some(parts) = &self.parts
+            && parts.send(part).await.is_err()
+        {
+            self.parts = None;
+        }
+    }
+
+    async fn finish(mut self) -> Result<Stage> {
+        self.parts = None;
+        (&mut self.done)
+            .await
+            .map_err(|_| Error::Internal("the COPY loader thread stopped".into()))?
+    }
+}
+
+/// The loader thread: each part parsed, encoded and staged in turn. On an
+/// error the stage is dropped, which removes it from disk.
+fn load(
+    layout: &Layout,
+    mut stage: Stage,
+    mut parts: mpsc::Receiver<Vec<u8>>,
+    abandoned: &AtomicBool,
+) -> Result<Stage> {
+    let mut lines = 0;
+    let mut first = true;
+    while let Some(part) = parts.blocking_recv() {
+        if abandoned.load(Ordering::Acquire) {
+            return Err(Error::Canceled);
+        }
+        let parsed = parse(layout, &part, first, lines)?;
+        drop(part);
+        first = false;
+        lines += parsed.lines;
+        NewRows::encode(&layout.table, &parsed.batches)?.stage(&layout.table, &mut stage)?;
+        if parsed.ended {
+            break;
+        }
+    }
+    Ok(stage)
+}
+
+fn encode(copy: &Layout, data: &[u8]) -> Result<NewRows> {
+    let parts = split::parts(data, copy.format.csv, cores());
     if parts.len() > 1
-        && let Some(rows) = encode_parts(copy, &parts)
+        && let Some(rows) = encode_parts(copy, data, &parts)
     {
         return Ok(rows);
     }
     // Serially, also when a part failed: then this names the first error
     // with its line, as PostgreSQL would.
-    let parsed = parse(copy, &copy.data, true)?;
+    let parsed = parse(copy, data, true, 0)?;
     NewRows::encode(&copy.table, &parsed.batches)
 }
 
@@ -278,9 +434,9 @@ fn cores() -> usize {
 
 /// The parts parsed and encoded on threads of their own, joined in order
 /// up to the one that ends the data; `None` when any part failed.
-fn encode_parts(copy: &CopyIn, parts: &[Range<usize>]) -> Option<NewRows> {
+fn encode_parts(copy: &Layout, data: &[u8], parts: &[Range<usize>]) -> Option<NewRows> {
     let encode_part = |(index, range): (usize, &Range<usize>)| {
-        let parsed = parse(copy, &copy.data[range.clone()], index == 0)?;
+        let parsed = parse(copy, &data[range.clone()], index == 0, 0)?;
         let rows = NewRows::encode(&copy.table, &parsed.batches)?;
         Ok::<_, Error>((rows, parsed.ended))
     };
@@ -307,29 +463,48 @@ fn encode_parts(copy: &CopyIn, parts: &[Range<usize>]) -> Option<NewRows> {
     NewRows::join(joined).ok().flatten()
 }
 
-/// Rows parsed from some of the data, and whether a line `\.` ended the
-/// data there.
+/// Rows parsed from some of the data, whether a line `\.` ended the data
+/// there, and the lines (CSV: records) the data holds.
 struct Parsed {
     batches: Vec<RecordBatch>,
     ended: bool,
+    lines: usize,
 }
 
-fn parse(copy: &CopyIn, data: &[u8], first: bool) -> Result<Parsed> {
-    let (strings, ended) = if copy.format.csv {
-        parse_csv(copy, data, first)?
+/// Parse `data`, which follows `before` lines of the COPY's data: errors
+/// name lines of the whole data.
+fn parse(copy: &Layout, data: &[u8], first: bool, before: usize) -> Result<Parsed> {
+    let (strings, ended, lines) = if copy.format.csv {
+        parse_csv(copy, data, first, before)?
     } else {
-        parse_text(copy, data, first)?
+        let (strings, ended) = parse_text(copy, data, first, before)?;
+        (strings, ended, memchr::memchr_iter(b'\n', data).count())
     };
+    // The line of each batch's first row: a header takes a line.
+    let header = usize::from(first && copy.format.header);
     let batches = strings
         .iter()
-        .map(|columns| to_table_batch(copy, columns))
+        .enumerate()
+        .map(|(i, columns)| {
+            let line = before + header + i * BATCH_ROWS + 1;
+            to_table_batch(copy, columns, line)
+        })
         .collect::<Result<_>>()?;
-    Ok(Parsed { batches, ended })
+    Ok(Parsed {
+        batches,
+        ended,
+        lines,
+    })
 }
 
 /// Text format: one line per row, fields split on the delimiter, backslash
 /// escapes. Only the `first` part of the data may start with a header.
-fn parse_text(copy: &CopyIn, data: &[u8], first: bool) -> Result<(Vec<Vec<ArrayRef>>, bool)> {
+fn parse_text(
+    copy: &Layout,
+    data: &[u8],
+    first: bool,
+    before: usize,
+) -> Result<(Vec<Vec<ArrayRef>>, bool)> {
     let text = std::str::from_utf8(data)
         .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
     let width = copy.columns.len();
@@ -352,7 +527,7 @@ fn parse_text(copy: &CopyIn, data: &[u8], first: bool) -> Result<(Vec<Vec<ArrayR
         if fields.len() != width {
             return Err(Error::InvalidInput(format!(
                 "COPY line {}: expected {width} columns, found {}",
-                line_no + 1,
+                before + line_no + 1,
                 fields.len()
             )));
         }
@@ -441,16 +616,22 @@ impl Columns {
 }
 
 /// CSV format: an unquoted field equal to the NULL string is NULL.
-fn parse_csv(copy: &CopyIn, data: &[u8], first: bool) -> Result<(Vec<Vec<ArrayRef>>, bool)> {
+fn parse_csv(
+    copy: &Layout,
+    data: &[u8],
+    first: bool,
+    before: usize,
+) -> Result<(Vec<Vec<ArrayRef>>, bool, usize)> {
     let width = copy.columns.len();
     let skip = usize::from(first && copy.format.header);
     let (records, ended) = super::csv::records(data, copy.format.delimiter)?;
+    let lines = records.len();
     let mut columns = Columns::new(width);
     for (line, record) in records.into_iter().enumerate().skip(skip) {
         if record.len() != width {
             return Err(Error::InvalidInput(format!(
                 "COPY record {}: expected {width} columns, found {}",
-                line + 1,
+                before + line + 1,
                 record.len()
             )));
         }
@@ -460,11 +641,12 @@ fn parse_csv(copy: &CopyIn, data: &[u8], first: bool) -> Result<(Vec<Vec<ArrayRe
                 .map(|f| (f.quoted || f.text != copy.format.null).then_some(f.text)),
         );
     }
-    Ok((columns.finish(), ended))
+    Ok((columns.finish(), ended, lines))
 }
 
-/// Strings in data order into a batch in table order, cast to the column types.
-fn to_table_batch(copy: &CopyIn, strings: &[ArrayRef]) -> Result<RecordBatch> {
+/// Strings in data order into a batch in table order, cast to the column
+/// types; `line` is the line of the batch's first row, for errors.
+fn to_table_batch(copy: &Layout, strings: &[ArrayRef], line: usize) -> Result<RecordBatch> {
     let table = &copy.table;
     let rows = strings.first().map_or(0, |a| a.len());
     let options = CastOptions {
@@ -481,8 +663,10 @@ fn to_table_batch(copy: &CopyIn, strings: &[ArrayRef]) -> Result<RecordBatch> {
         let field = table.schema.field(*table_index);
         columns[*table_index] =
             cast_with_options(&strings[data_index], field.data_type(), &options).map_err(|e| {
+                let row = first_uncast(&strings[data_index], field.data_type()).unwrap_or(0);
                 Error::InvalidInput(format!(
-                    "invalid input for column \"{}\" of type {}: {e}",
+                    "COPY line {}: invalid input for column \"{}\" of type {}: {e}",
+                    line + row,
                     field.name(),
                     table.def.columns[*table_index].sql_type
                 ))
@@ -492,4 +676,15 @@ fn to_table_batch(copy: &CopyIn, strings: &[ArrayRef]) -> Result<RecordBatch> {
         table.nullable_schema.clone(),
         columns,
     )?)
+}
+
+/// The first value of `strings` that does not cast to `to`: a lenient
+/// cast leaves it NULL. Only run once a strict cast failed.
+fn first_uncast(strings: &ArrayRef, to: &DataType) -> Option<usize> {
+    let lenient = CastOptions {
+        safe: true,
+        format_options: FormatOptions::default(),
+    };
+    let cast = cast_with_options(strings, to, &lenient).ok()?;
+    (0..strings.len()).find(|&i| strings.is_valid(i) && cast.is_null(i))
 }

@@ -41,6 +41,31 @@ fn cut(data: &[u8], csv: bool, count: usize) -> Vec<Range<usize>> {
         .collect()
 }
 
+/// Where the data received so far may end a part: the start of its last
+/// complete line (CSV: record) that the next part can begin with, by the
+/// same rules as [`parts`]; `None` when there is none yet.
+pub fn last_boundary(data: &[u8], csv: bool) -> Option<usize> {
+    if csv {
+        // Whether a line break is quoted depends on every quote before it.
+        let mut quotes = Quotes::default();
+        let mut last = None;
+        while let Some(start) = quotes.boundary(data) {
+            last = Some(start);
+        }
+        return last;
+    }
+    memchr::memrchr_iter(b'\n', data).find_map(|newline| {
+        let start = newline + 1;
+        let next = *data.get(start)?;
+        let line_end = match newline.checked_sub(1) {
+            Some(before) if data[before] == b'\r' => before,
+            _ => newline,
+        };
+        let line_empty = line_end == 0 || data[line_end - 1] == b'\n';
+        (!line_empty && next != b'\n' && next != b'\r').then_some(start)
+    })
+}
+
 /// The start of the first line at or after `from` that both it and the line
 /// before it are non-empty. Text format ignores empty lines only at the
 /// very end of the data, so a part must not end or begin with one.
@@ -120,6 +145,18 @@ mod tests {
             assert!(piece.ends_with('\n'), "{cut:?}");
         }
         assert!(cut.len() > 1, "{cut:?}");
+    }
+
+    #[test]
+    fn the_last_boundary_leaves_a_line_that_has_begun() {
+        assert_eq!(last_boundary(b"a\nb\nc", false), Some(4));
+        assert_eq!(last_boundary(b"a\nb\n", false), Some(2));
+        // Never next to an empty line, which may be trailing.
+        assert_eq!(last_boundary(b"a\n\nb", false), None);
+        assert_eq!(last_boundary(b"abc", false), None);
+        let csv = b"1,\"x\ny\"\n2,\"p\nq";
+        assert_eq!(last_boundary(csv, true), Some(8));
+        assert_eq!(last_boundary(b"1,\"open\n2\n3", true), None);
     }
 
     #[test]
