@@ -100,6 +100,17 @@ pub enum Error {
     Internal(String),
 }
 
+/// The text a caught panic carried, for the client and the log.
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = panic.downcast_ref::<&'static str>() {
+        s
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s
+    } else {
+        "panic"
+    }
+}
+
 impl From<DataFusionError> for Error {
     fn from(e: DataFusionError) -> Self {
         // Our own errors travel through DataFusion (table sinks, scans) wrapped as External.

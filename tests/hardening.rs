@@ -222,3 +222,31 @@ async fn a_damaged_table_file_is_refused_with_xx001() {
         .get(0);
     assert_eq!(n, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_idle_in_a_transaction_is_ended() {
+    let server = TestServer::start();
+    let idle = server.connect().await;
+    let outside = server.connect().await;
+    for client in [&idle, &outside] {
+        client
+            .batch_execute("SET idle_in_transaction_session_timeout = '200ms'")
+            .await
+            .expect("set");
+    }
+    idle.batch_execute("BEGIN").await.expect("begin");
+    // Wall time is the point: the limit is on the client's silence.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    assert!(idle.simple_query("SELECT 1").await.is_err());
+    assert!(idle.is_closed(), "the idle session was ended");
+    assert_eq!(
+        one(&outside).await,
+        1,
+        "outside a transaction the limit does not apply"
+    );
+    let e = outside
+        .batch_execute("SET idle_in_transaction_session_timeout = 'later'")
+        .await
+        .expect_err("not a duration");
+    assert_eq!(code(&e), "22023", "{e}");
+}

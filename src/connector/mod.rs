@@ -20,9 +20,11 @@ pub mod kafka;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -232,8 +234,13 @@ where
     let mut backoff = Duration::from_millis(500);
     let mut stop = handle.clone();
     loop {
+        // A panic ends this connector, shown by SHOW SOURCES, never the node.
+        let attempt = AssertUnwindSafe(attempt(handle.clone())).catch_unwind();
         let outcome = tokio::select! {
-            outcome = attempt(handle.clone()) => outcome,
+            outcome = attempt => outcome.unwrap_or_else(|panic| {
+                let what = crate::error::panic_message(panic.as_ref());
+                Err(Failure::Fatal(format!("internal error: the connector panicked: {what}; this is a bug")))
+            }),
             _ = stop.stopped() => return,
         };
         match outcome {
@@ -305,5 +312,30 @@ pub fn check_sink(connector: &ConnectorDef, from: &Table, append_only: bool) -> 
         other => Err(Error::InvalidParameter(format!(
             "sinks write to Kafka; connector '{other}' cannot be a sink"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_connector_fails_alone() {
+        let progress = Arc::new(Progress::default());
+        let (_stop, stopped) = watch::channel(false);
+        let handle = Handle {
+            progress: progress.clone(),
+            stop: stopped,
+        };
+        supervise(handle, |_| async {
+            let bytes: &[u8] = &[];
+            let _ = bytes[usize::from(bytes.is_empty())];
+            Ok::<(), Failure>(())
+        })
+        .await;
+        match progress.status() {
+            Status::Failed(why) => assert!(why.contains("panicked"), "{why}"),
+            other => panic!("expected a failed connector, got {other}"),
+        }
     }
 }

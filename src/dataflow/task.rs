@@ -213,7 +213,7 @@ async fn guard(task: impl Future<Output = Result<()>>, shared: Shared) {
     let outcome = AssertUnwindSafe(task)
         .catch_unwind()
         .await
-        .unwrap_or_else(|panic| Err(Error::Internal(panic_message(&panic))));
+        .unwrap_or_else(|panic| Err(Error::Internal(panic_message(panic.as_ref()))));
     match outcome {
         Ok(()) | Err(Error::ShuttingDown) => {}
         Err(e) => {
@@ -226,13 +226,11 @@ async fn guard(task: impl Future<Output = Result<()>>, shared: Shared) {
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    let text = panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "unknown panic".into());
-    format!("an operator panicked: {text}")
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    format!(
+        "an operator panicked: {}",
+        crate::error::panic_message(panic)
+    )
 }
 
 /// The state-family prefix of one node.
@@ -386,7 +384,7 @@ impl NodeTask {
         let mut cx = Context::new(state, &self.prefix);
         let operator = self.operator.as_mut();
         let value = std::panic::catch_unwind(AssertUnwindSafe(|| f(operator, &mut cx)))
-            .unwrap_or_else(|panic| Err(Error::Internal(panic_message(&panic))))?;
+            .unwrap_or_else(|panic| Err(Error::Internal(panic_message(panic.as_ref()))))?;
         Ok((value, cx.take_output()))
     }
 

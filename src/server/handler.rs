@@ -115,6 +115,15 @@ pub struct QueryHandler {
 
 type SharedSession = Mutex<Session>;
 
+/// How long the connection may wait for its client's next message before
+/// it is ended: set while its session idles in a transaction block.
+pub fn idle_limit<C: ClientInfo>(client: &C) -> Option<std::time::Duration> {
+    // A session busy in a statement is not idle.
+    let session = session_of(client);
+    let session = session.try_lock().ok()?;
+    session.idle_in_transaction_timeout()
+}
+
 fn session_of<C: ClientInfo>(client: &C) -> Arc<SharedSession> {
     client
         .session_extensions()

@@ -232,7 +232,7 @@ where
                 Ok(Ok(Step::End)) => return Ok(()),
                 Ok(Err(e)) => return Err(e),
                 Err(panic) => {
-                    let what = panic_message(panic.as_ref());
+                    let what = crate::error::panic_message(panic.as_ref());
                     tracing::error!(peer = %peer, panic = what, "connection panicked; closing it");
                     let message = format!("internal error: {what}; this is a bug");
                     let info = ErrorInfo::new("FATAL".to_string(), "XX000".to_string(), message);
@@ -254,10 +254,24 @@ where
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
+        let idle = handler::idle_limit(connection);
         let message = if starting {
             tokio::select! {
                 _ = startup => None,
                 message = connection.next() => message,
+            }
+        } else if let Some(limit) = idle {
+            match tokio::time::timeout(limit, connection.next()).await {
+                Ok(message) => message,
+                Err(_) => {
+                    let info = ErrorInfo::new(
+                        "FATAL".to_string(),
+                        "25P03".to_string(),
+                        "terminating connection due to idle-in-transaction timeout".to_string(),
+                    );
+                    farewell(connection, info).await;
+                    return Ok(Step::End);
+                }
             }
         } else {
             connection.next().await
@@ -334,17 +348,6 @@ async fn farewell<S>(connection: &mut Connection<S>, info: ErrorInfo) {
         connection.close().await
     };
     let _ = tokio::time::timeout(FAREWELL_TIMEOUT, goodbye).await;
-}
-
-/// The text a panic carried, for the client and the log.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
-    if let Some(s) = panic.downcast_ref::<&'static str>() {
-        s
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s
-    } else {
-        "panic"
-    }
 }
 
 #[cfg(test)]

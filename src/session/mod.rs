@@ -136,11 +136,28 @@ impl Session {
 /// `SET statement_timeout`: how long a statement may run (0: no limit).
 pub const STATEMENT_TIMEOUT: &str = "statement_timeout";
 
+/// `SET idle_in_transaction_session_timeout`: how long a session may wait
+/// inside a transaction block before it is ended (0: no limit).
+pub const IDLE_IN_TRANSACTION_TIMEOUT: &str = "idle_in_transaction_session_timeout";
+
+/// The settings that hold a timeout.
+pub const TIMEOUTS: [&str; 2] = [STATEMENT_TIMEOUT, IDLE_IN_TRANSACTION_TIMEOUT];
+
 impl Session {
     /// The session's statement timeout, if it set one.
     pub fn statement_timeout(&self) -> Option<Duration> {
-        let value = self.variables.get(STATEMENT_TIMEOUT)?;
-        parse_timeout(STATEMENT_TIMEOUT, value).ok().flatten()
+        self.timeout(STATEMENT_TIMEOUT)
+    }
+
+    /// How long the session may sit idle in a transaction block, if limited.
+    pub fn idle_in_transaction_timeout(&self) -> Option<Duration> {
+        self.timeout(IDLE_IN_TRANSACTION_TIMEOUT)
+            .filter(|_| self.in_transaction)
+    }
+
+    fn timeout(&self, name: &str) -> Option<Duration> {
+        let value = self.variables.get(name)?;
+        parse_timeout(name, value).ok().flatten()
     }
 }
 

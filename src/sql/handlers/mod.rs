@@ -53,7 +53,7 @@ pub async fn dispatch(
             if name == crate::session::PRODUCER_SEQ {
                 crate::session::parse_seq(&value)?;
             }
-            if name == crate::session::STATEMENT_TIMEOUT {
+            if crate::session::TIMEOUTS.contains(&name.as_str()) {
                 crate::session::parse_timeout(&name, &value)?;
             }
             if !name.is_empty() {
