@@ -1,165 +1,13 @@
 //! The embedded log, stored in the `log` column family of the node's RocksDB.
-//!
-//! Chunk layout: `u32 count`, then per record `i64 diff`, `u32 len`, `len` bytes
-//! of an encoded row (see [`crate::state::rows`]), then optionally the byte
-//! `1` and an `i64` watermark (microseconds): the event-time watermark of the
-//! topic once every record up to the chunk's end has been read; then
-//! optionally the byte `2`, a `u64` epoch, an `i64` commit time
-//! (microseconds) and a `u8` flag: the commit that wrote the chunk (a view's
-//! dataflow epoch, or the writer's commit sequence for a table), and whether
-//! the chunk is part of a compacted prefix. All integers little-endian.
-//!
-//! A chunk may hold no records and only a watermark; it sits at the offset
-//! the next records will take, and a later chunk at that offset (which always
-//! carries a watermark at least as high) replaces it.
+//! Records are laid out in chunks ([`super::chunk`]), one RocksDB entry each,
+//! keyed by topic, partition and the chunk's first offset.
 
-use crate::error::{Error, Result};
+pub use super::chunk::{
+    CHUNK_ROWS, Chunk, ChunkEntry, Stamp, chunk_head, chunk_len, decode_chunk, encode_chunk,
+};
+use super::chunk::{corrupt, head};
+use crate::error::Result;
 use crate::state::{CF_LOG, ReadView, keys};
-
-/// Records per chunk: large enough to amortise a RocksDB entry, small enough to decode lazily.
-pub const CHUNK_ROWS: usize = 4096;
-
-/// One record: a row and its weight (+1 insert, -1 delete).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChunkEntry<'a> {
-    pub diff: i64,
-    pub row: &'a [u8],
-}
-
-/// A decoded chunk, borrowing the stored bytes.
-#[derive(Debug)]
-pub struct Chunk<'a> {
-    pub entries: Vec<ChunkEntry<'a>>,
-    /// The watermark once this chunk has been read, if the topic has one.
-    pub watermark: Option<i64>,
-    /// The commit that wrote the chunk, if it was stamped.
-    pub stamp: Option<Stamp>,
-}
-
-impl<'a> Chunk<'a> {
-    /// The rows the chunk adds, each as many times as it is added: a
-    /// compacted run counts equal rows together. Retractions are skipped,
-    /// for topics whose contents only grow.
-    pub fn added_rows(&self) -> impl Iterator<Item = &'a [u8]> + '_ {
-        self.entries
-            .iter()
-            .flat_map(|e| std::iter::repeat_n(e.row, e.diff.max(0) as usize))
-    }
-}
-
-/// The commit a chunk belongs to: change streams order and resume by it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Stamp {
-    /// A view's dataflow epoch, or the writer's commit sequence for a table.
-    pub epoch: u64,
-    /// Processing time of the commit, microseconds since the Unix epoch.
-    pub time: i64,
-    /// The chunk belongs to a compacted prefix: its records are the
-    /// consolidated changes of every epoch up to `epoch`.
-    pub compacted: bool,
-}
-
-const WATERMARK_TAG: u8 = 1;
-const STAMP_TAG: u8 = 2;
-
-pub fn encode_chunk<'a, I>(entries: I, watermark: Option<i64>, stamp: Option<Stamp>) -> Vec<u8>
-where
-    I: IntoIterator<Item = (i64, &'a [u8])>,
-    I::IntoIter: Clone,
-{
-    let entries = entries.into_iter();
-    // Sized in a first pass: a chunk of thousands of rows would otherwise
-    // grow by doubling, copying itself each time.
-    let body: usize = entries.clone().map(|(_, row)| 12 + row.len()).sum();
-    let mut out = Vec::with_capacity(4 + body + 1 + 8 + 1 + 17);
-    out.extend_from_slice(&[0u8; 4]);
-    let mut count: u32 = 0;
-    for (diff, row) in entries {
-        out.extend_from_slice(&diff.to_le_bytes());
-        out.extend_from_slice(&(row.len() as u32).to_le_bytes());
-        out.extend_from_slice(row);
-        count += 1;
-    }
-    out[..4].copy_from_slice(&count.to_le_bytes());
-    if let Some(watermark) = watermark {
-        out.push(WATERMARK_TAG);
-        out.extend_from_slice(&watermark.to_le_bytes());
-    }
-    if let Some(stamp) = stamp {
-        out.push(STAMP_TAG);
-        out.extend_from_slice(&stamp.epoch.to_le_bytes());
-        out.extend_from_slice(&stamp.time.to_le_bytes());
-        out.push(u8::from(stamp.compacted));
-    }
-    out
-}
-
-/// The number of records in an encoded chunk.
-pub fn chunk_len(bytes: &[u8]) -> Result<u64> {
-    let head: [u8; 4] = bytes
-        .get(..4)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(corrupt)?;
-    Ok(u64::from(u32::from_le_bytes(head)))
-}
-
-pub fn decode_chunk(bytes: &[u8]) -> Result<Chunk<'_>> {
-    let count = chunk_len(bytes)? as usize;
-    let mut entries = Vec::with_capacity(count);
-    let mut at = 4;
-    for _ in 0..count {
-        let diff = i64::from_le_bytes(take::<8>(bytes, at)?);
-        let len = u32::from_le_bytes(take::<4>(bytes, at + 8)?) as usize;
-        let start = at + 12;
-        let row = bytes.get(start..start + len).ok_or_else(corrupt)?;
-        entries.push(ChunkEntry { diff, row });
-        at = start + len;
-    }
-    let (watermark, stamp) = trailer(bytes, at)?;
-    Ok(Chunk {
-        entries,
-        watermark,
-        stamp,
-    })
-}
-
-/// A chunk's record count and stamp, found without decoding its records.
-pub fn chunk_head(bytes: &[u8]) -> Result<(u64, Option<Stamp>)> {
-    let (count, _, stamp) = head(bytes)?;
-    Ok((count, stamp))
-}
-
-/// A chunk's record count, watermark and stamp: its records are skipped
-/// by their lengths, never decoded.
-fn head(bytes: &[u8]) -> Result<(u64, Option<i64>, Option<Stamp>)> {
-    let count = chunk_len(bytes)?;
-    let mut at = 4;
-    for _ in 0..count {
-        at += 12 + u32::from_le_bytes(take::<4>(bytes, at + 8)?) as usize;
-    }
-    let (watermark, stamp) = trailer(bytes, at)?;
-    Ok((count, watermark, stamp))
-}
-
-/// The watermark and stamp that follow a chunk's records at `at`.
-fn trailer(bytes: &[u8], mut at: usize) -> Result<(Option<i64>, Option<Stamp>)> {
-    let watermark = match bytes.get(at) {
-        Some(&WATERMARK_TAG) => {
-            at += 9;
-            Some(i64::from_le_bytes(take::<8>(bytes, at - 8)?))
-        }
-        _ => None,
-    };
-    let stamp = match bytes.get(at) {
-        Some(&STAMP_TAG) => Some(Stamp {
-            epoch: u64::from_le_bytes(take::<8>(bytes, at + 1)?),
-            time: i64::from_le_bytes(take::<8>(bytes, at + 9)?),
-            compacted: take::<1>(bytes, at + 17)?[0] == 1,
-        }),
-        _ => None,
-    };
-    Ok((watermark, stamp))
-}
 
 /// The chunks of a partition that start at or after `from`, undecoded:
 /// base offset, record count, stamp and the stored bytes.
@@ -182,17 +30,6 @@ pub fn read_raw(
             visit(base, count, stamp, value)
         },
     )
-}
-
-fn take<const N: usize>(bytes: &[u8], at: usize) -> Result<[u8; N]> {
-    bytes
-        .get(at..at + N)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(corrupt)
-}
-
-fn corrupt() -> Error {
-    Error::Corrupted("a log chunk is truncated or damaged".into())
 }
 
 /// Read a topic partition from `from` on, chunk by chunk, as of a snapshot.

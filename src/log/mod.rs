@@ -5,6 +5,7 @@
 //! addressed by offset. Records are stored in chunks (like Kafka's record
 //! batches): one RocksDB entry per chunk, keyed by the chunk's first offset.
 
+pub mod chunk;
 pub mod embedded;
 
 pub use embedded::{Chunk, ChunkEntry};
