@@ -14,6 +14,16 @@ use crate::error::{Error, Result};
 use crate::state::rows::RowCodec;
 use crate::state::writer::Target;
 
+/// The PostgreSQL name and the CREATE spelling of a system table's column type.
+fn system_type(data_type: &DataType) -> (&'static str, &'static str) {
+    match data_type {
+        DataType::Int32 => ("integer", "INTEGER"),
+        DataType::Int64 => ("bigint", "BIGINT"),
+        DataType::Timestamp(_, None) => ("timestamp without time zone", "TIMESTAMP"),
+        _ => ("character varying", "VARCHAR"),
+    }
+}
+
 /// A table as persisted in the catalog.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TableDef {
@@ -88,6 +98,35 @@ impl TableDef {
             connector: None,
             log_only: false,
         }
+    }
+
+    /// A table weir keeps for itself (`late_events`, `view_errors`,
+    /// `source_errors`): append-only, every column nullable, and a CREATE
+    /// statement written from its columns.
+    pub fn system(id: u64, name: &str, columns: &[(&str, DataType)]) -> TableDef {
+        let spelled: Vec<(&str, &str, &str)> = columns
+            .iter()
+            .map(|(column, data_type)| {
+                let (sql_type, written) = system_type(data_type);
+                (*column, sql_type, written)
+            })
+            .collect();
+        let defs = columns
+            .iter()
+            .zip(&spelled)
+            .map(|((column, data_type), (_, sql_type, _))| ColumnDef {
+                name: column.to_string(),
+                data_type: data_type.to_string(),
+                sql_type: sql_type.to_string(),
+                nullable: true,
+            })
+            .collect();
+        let listed: Vec<String> = spelled
+            .iter()
+            .map(|(column, _, written)| format!("\"{column}\" {written}"))
+            .collect();
+        let definition = format!("CREATE TABLE {name} ({}) APPEND ONLY", listed.join(", "));
+        TableDef::append_only(id, name, defs, definition)
     }
 
     /// The log topic every write to this table goes to. Topics share the id space of objects.

@@ -8,7 +8,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
-use crate::catalog::{ColumnDef, SOURCE_ERRORS, Table, TableDef};
+use crate::catalog::{SOURCE_ERRORS, Table, TableDef};
 use crate::error::Result;
 use crate::state::writer::{WriteOp, Writer};
 
@@ -26,31 +26,21 @@ pub struct BadMessage {
 
 /// The table's definition, created at first start.
 pub fn definition(id: u64) -> TableDef {
-    let column = |name: &str, data_type: String, sql_type: &str| ColumnDef {
-        name: name.into(),
-        data_type,
-        sql_type: sql_type.into(),
-        nullable: true,
-    };
-    let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None).to_string();
-    let text = || "Utf8".to_string();
-    let columns = vec![
-        column("source", text(), "character varying"),
-        column("topic", text(), "character varying"),
-        column("partition", "Int32".into(), "integer"),
-        column("offset", "Int64".into(), "bigint"),
-        column("error", text(), "character varying"),
-        column("payload", text(), "character varying"),
-        column("arrival_time", timestamp, "timestamp without time zone"),
-    ];
-    TableDef::append_only(
+    TableDef::system(
         id,
         SOURCE_ERRORS,
-        columns,
-        format!(
-            "CREATE TABLE {SOURCE_ERRORS} (source VARCHAR, topic VARCHAR, partition INTEGER, \
-             \"offset\" BIGINT, error VARCHAR, payload VARCHAR, arrival_time TIMESTAMP) APPEND ONLY"
-        ),
+        &[
+            ("source", DataType::Utf8),
+            ("topic", DataType::Utf8),
+            ("partition", DataType::Int32),
+            ("offset", DataType::Int64),
+            ("error", DataType::Utf8),
+            ("payload", DataType::Utf8),
+            (
+                "arrival_time",
+                DataType::Timestamp(TimeUnit::Microsecond, None),
+            ),
+        ],
     )
 }
 

@@ -17,7 +17,7 @@ use datafusion::arrow::compute::concat;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::physical_expr::PhysicalExpr;
 
-use crate::catalog::{ColumnDef, Table, TableDef};
+use crate::catalog::{Table, TableDef};
 use crate::dataflow::late::rows_as_json;
 use crate::error::{Error, Result};
 
@@ -151,27 +151,16 @@ fn evaluate(expr: &dyn PhysicalExpr, rows: &RecordBatch) -> Result<ArrayRef> {
 
 /// The `view_errors` table's definition, created at first start.
 pub fn definition(id: u64) -> TableDef {
-    let column = |name: &str, data_type: &DataType, sql_type: &str| ColumnDef {
-        name: name.into(),
-        data_type: data_type.to_string(),
-        sql_type: sql_type.into(),
-        nullable: true,
-    };
-    let columns = vec![
-        column("view", &DataType::Utf8, "character varying"),
-        column("epoch", &DataType::Int64, "bigint"),
-        column("sqlstate", &DataType::Utf8, "character varying"),
-        column("message", &DataType::Utf8, "character varying"),
-        column("row_json", &DataType::Utf8, "character varying"),
-    ];
-    TableDef::append_only(
+    TableDef::system(
         id,
         VIEW_ERRORS,
-        columns,
-        format!(
-            "CREATE TABLE {VIEW_ERRORS} (view VARCHAR, epoch BIGINT, sqlstate VARCHAR, \
-             message VARCHAR, row_json VARCHAR) APPEND ONLY"
-        ),
+        &[
+            ("view", DataType::Utf8),
+            ("epoch", DataType::Int64),
+            ("sqlstate", DataType::Utf8),
+            ("message", DataType::Utf8),
+            ("row_json", DataType::Utf8),
+        ],
     )
 }
 

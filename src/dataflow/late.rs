@@ -10,7 +10,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMicrosecondArray};
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
-use crate::catalog::{ColumnDef, Table, TableDef};
+use crate::catalog::{Table, TableDef};
 use crate::dataflow::state::LateEvent;
 use crate::error::Result;
 
@@ -18,28 +18,17 @@ pub use crate::catalog::LATE_EVENTS;
 
 /// The table's definition, created at first start.
 pub fn definition(id: u64) -> TableDef {
-    let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None).to_string();
-    let column = |name: &str, data_type: &str, sql_type: &str| ColumnDef {
-        name: name.into(),
-        data_type: data_type.into(),
-        sql_type: sql_type.into(),
-        nullable: true,
-    };
-    let columns = vec![
-        column("object", "Utf8", "character varying"),
-        column("event_time", &timestamp, "timestamp without time zone"),
-        column("watermark", &timestamp, "timestamp without time zone"),
-        column("arrival_time", &timestamp, "timestamp without time zone"),
-        column("row_json", "Utf8", "character varying"),
-    ];
-    TableDef::append_only(
+    let timestamp = DataType::Timestamp(TimeUnit::Microsecond, None);
+    TableDef::system(
         id,
         LATE_EVENTS,
-        columns,
-        format!(
-            "CREATE TABLE {LATE_EVENTS} (object VARCHAR, event_time TIMESTAMP, watermark TIMESTAMP, \
-             arrival_time TIMESTAMP, row_json VARCHAR) APPEND ONLY"
-        ),
+        &[
+            ("object", DataType::Utf8),
+            ("event_time", timestamp.clone()),
+            ("watermark", timestamp.clone()),
+            ("arrival_time", timestamp),
+            ("row_json", DataType::Utf8),
+        ],
     )
 }
 

@@ -54,16 +54,20 @@ pub fn last_boundary(data: &[u8], csv: bool) -> Option<usize> {
         }
         return last;
     }
-    memchr::memrchr_iter(b'\n', data).find_map(|newline| {
-        let start = newline + 1;
-        let next = *data.get(start)?;
-        let line_end = match newline.checked_sub(1) {
-            Some(before) if data[before] == b'\r' => before,
-            _ => newline,
-        };
-        let line_empty = line_end == 0 || data[line_end - 1] == b'\n';
-        (!line_empty && next != b'\n' && next != b'\r').then_some(start)
-    })
+    memchr::memrchr_iter(b'\n', data).find_map(|newline| text_line_after(data, newline))
+}
+
+/// The start of the line after the line break at `newline`, when both it
+/// and the line the break ends are non-empty.
+fn text_line_after(data: &[u8], newline: usize) -> Option<usize> {
+    let start = newline + 1;
+    let next = *data.get(start)?;
+    let line_end = match newline.checked_sub(1) {
+        Some(before) if data[before] == b'\r' => before,
+        _ => newline,
+    };
+    let line_empty = line_end == 0 || data[line_end - 1] == b'\n';
+    (!line_empty && next != b'\n' && next != b'\r').then_some(start)
 }
 
 /// The start of the first line at or after `from` that both it and the line
@@ -73,17 +77,11 @@ fn text_boundary(data: &[u8], from: usize) -> Option<usize> {
     let mut at = from;
     loop {
         let newline = at + memchr::memchr(b'\n', data.get(at..)?)?;
-        let start = newline + 1;
-        let next = *data.get(start)?;
-        let line_end = match newline.checked_sub(1) {
-            Some(before) if data[before] == b'\r' => before,
-            _ => newline,
-        };
-        let line_empty = line_end == 0 || data[line_end - 1] == b'\n';
-        if !line_empty && next != b'\n' && next != b'\r' {
+        data.get(newline + 1)?;
+        if let Some(start) = text_line_after(data, newline) {
             return Some(start);
         }
-        at = start;
+        at = newline + 1;
     }
 }
 
