@@ -260,6 +260,10 @@ fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
         DataFusionError::Plan(m) => plan_sqlstate(m),
         DataFusionError::Execution(m) => execution_sqlstate(m),
         DataFusionError::ResourcesExhausted(_) => "53200",
+        // Ours, shared by several of DataFusion's tasks, so not taken back out.
+        DataFusionError::External(inner) => inner
+            .downcast_ref::<Error>()
+            .map_or("XX000", Error::sqlstate),
         DataFusionError::IoError(_) => "58030",
         DataFusionError::Configuration(_) => "22023",
         _ => "XX000",
@@ -312,6 +316,10 @@ fn datafusion_message(e: &DataFusionError) -> String {
     let text = match root {
         DataFusionError::ArrowError(inner, _) => arrow_message(inner),
         DataFusionError::SchemaError(inner, _) => inner.to_string(),
+        DataFusionError::External(inner) => match inner.downcast_ref::<Error>() {
+            Some(ours) => ours.message(),
+            None => inner.to_string(),
+        },
         DataFusionError::SQL(inner, _) => parser_message(inner),
         DataFusionError::Plan(m)
         | DataFusionError::Execution(m)
@@ -330,6 +338,17 @@ mod tests {
         let df: DataFusionError = Error::UndefinedTable("t".into()).into();
         let back = Error::from(DataFusionError::Context("scan".into(), Box::new(df)));
         assert_eq!(back.sqlstate(), "42P01");
+    }
+
+    #[test]
+    fn our_errors_keep_their_sqlstate_when_shared() {
+        let ours: DataFusionError = Error::Corrupted("a block".into()).into();
+        let shared = std::sync::Arc::new(ours);
+        let held = shared.clone();
+        let e = Error::from(DataFusionError::Shared(shared));
+        assert_eq!(e.sqlstate(), "XX001");
+        assert_eq!(e.message(), "data corrupted: a block");
+        drop(held);
     }
 
     #[test]

@@ -326,3 +326,37 @@ async fn a_concurrent_reader_sees_none_or_all_of_a_copy() {
     assert!(seen.iter().all(|n| *n == 0 || *n == ROWS), "{seen:?}");
     assert!(seen.contains(&ROWS), "{seen:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_insert_select_is_staged_and_lands_whole() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR);
+             CREATE MATERIALIZED VIEW n AS SELECT count(*) AS c FROM t;
+             INSERT INTO t VALUES (-1, 'kept')",
+        )
+        .await
+        .expect("setup");
+    // About 30 MB of rows: several staged parts.
+    let insert = format!(
+        "INSERT INTO t SELECT value, repeat('x', 80) || value FROM generate_series(1, {ROWS})"
+    );
+    client.batch_execute(&insert).await.expect("insert");
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, ROWS + 1);
+    assert_eq!(count(&client, "SELECT c FROM n").await, ROWS + 1);
+    // A key the last part repeats fails the whole statement.
+    let again = format!(
+        "INSERT INTO t SELECT value + {ROWS}, repeat('y', 80) FROM generate_series(1, {ROWS}) \
+         UNION ALL SELECT 5, 'dup'"
+    );
+    let e = client
+        .batch_execute(&again)
+        .await
+        .expect_err("duplicate key");
+    assert_eq!(e.code().map(|c| c.code()), Some("23505"), "{e}");
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, ROWS + 1);
+    assert!(staged(server.data_dir()).is_empty());
+}

@@ -321,6 +321,26 @@ fn to_response(
             response.set_command_tag(tag);
             Response::Query(response)
         }
+        Output::Stream { schema, rows, tag } => {
+            let options = Some(format_options(metadata));
+            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, options)?);
+            let encoder = fields.clone();
+            // Encoded a batch at a time as the client takes them; an error
+            // after some rows ends the result, as in PostgreSQL.
+            let data = rows.0.flat_map(move |batch| {
+                let rows: Vec<PgWireResult<_>> = match batch {
+                    Ok(batch) => {
+                        let batch = super::text::timestamps_as_postgres(batch, &encoder);
+                        encode_recordbatch(encoder.clone(), batch).collect()
+                    }
+                    Err(e) => vec![Err(to_pg_error(Error::from(e)))],
+                };
+                stream::iter(rows)
+            });
+            let mut response = QueryResponse::new(fields, data);
+            response.set_command_tag(tag);
+            Response::Query(response)
+        }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(&tag);
             if tag == "INSERT" {

@@ -30,6 +30,14 @@ pub enum Output {
         batches: Vec<RecordBatch>,
         tag: &'static str,
     },
+    /// Rows as the query computes them, sent as they come, so that a large
+    /// result is never held whole; its first batch is already computed, so
+    /// an error on it is the statement's.
+    Stream {
+        schema: SchemaRef,
+        rows: RowStream,
+        tag: &'static str,
+    },
     /// A command tag, with the row count where PostgreSQL reports one.
     Command { tag: String, rows: Option<u64> },
     /// The client should now send COPY data.
@@ -46,7 +54,30 @@ pub enum Output {
     },
 }
 
+/// The batches a query computes, as they come.
+pub struct RowStream(pub datafusion::execution::SendableRecordBatchStream);
+
+impl std::fmt::Debug for RowStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RowStream")
+    }
+}
+
 impl Output {
+    /// Streamed rows collected, for statements that keep them (cursors,
+    /// COPY TO).
+    pub async fn collected(self) -> Result<Output> {
+        use futures::TryStreamExt;
+        match self {
+            Output::Stream { schema, rows, tag } => Ok(Output::Rows {
+                schema,
+                batches: rows.0.try_collect().await?,
+                tag,
+            }),
+            other => Ok(other),
+        }
+    }
+
     pub fn command(tag: &str) -> Output {
         Output::Command {
             tag: tag.to_string(),
@@ -200,14 +231,44 @@ pub async fn execute(
     let timeout = session.statement_timeout();
     let run = handlers::dispatch(engine, session, statement, params)
         .instrument(tracing::debug_span!("statement"));
-    match timeout {
-        // Dropping the statement's future stops it where it waits; what
-        // it started cleans up as a cancel does.
-        Some(limit) => tokio::time::timeout(limit, run)
-            .await
-            .unwrap_or(Err(crate::Error::StatementTimeout)),
-        None => run.await,
+    let Some(limit) = timeout else {
+        return run.await;
+    };
+    let deadline = tokio::time::Instant::now() + limit;
+    // Dropping the statement's future stops it where it waits; what it
+    // started cleans up as a cancel does.
+    match tokio::time::timeout_at(deadline, run).await {
+        Ok(Ok(Output::Stream { schema, rows, tag })) => Ok(Output::Stream {
+            rows: RowStream(until(deadline, schema.clone(), rows.0)),
+            schema,
+            tag,
+        }),
+        Ok(output) => output,
+        Err(_) => Err(crate::Error::StatementTimeout),
     }
+}
+
+/// A row stream that ends with the statement timeout's error at `deadline`.
+fn until(
+    deadline: tokio::time::Instant,
+    schema: SchemaRef,
+    rows: datafusion::execution::SendableRecordBatchStream,
+) -> datafusion::execution::SendableRecordBatchStream {
+    use futures::StreamExt;
+    let limited = futures::stream::unfold(Some(rows), move |rows| async move {
+        let mut rows = rows?;
+        match tokio::time::timeout_at(deadline, rows.next()).await {
+            Ok(Some(batch)) => Some((batch, Some(rows))),
+            Ok(None) => None,
+            Err(_) => {
+                let e = datafusion::error::DataFusionError::from(crate::Error::StatementTimeout);
+                Some((Err(e), None))
+            }
+        }
+    });
+    Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, limited.boxed()),
+    )
 }
 
 /// Run blocking work from a task: on a multi-threaded runtime the worker

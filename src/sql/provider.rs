@@ -393,7 +393,10 @@ fn spawn_reader(
     Box::pin(RecordBatchStreamAdapter::new(schema, stream.boxed()))
 }
 
-/// `INSERT` into a table: collects the statement's rows and writes them at once.
+/// `INSERT` into a table: the statement's rows are written as one write, and
+/// once they outgrow [`write::STAGE_AFTER_BYTES`] they are staged on disk
+/// part by part and committed as one bulk load, so a large `INSERT …
+/// SELECT` holds one part in memory, not its whole result.
 #[derive(Debug)]
 struct TableSink {
     table: Arc<Table>,
@@ -418,11 +421,29 @@ impl DataSink for TableSink {
         mut data: SendableRecordBatchStream,
         _context: &Arc<TaskContext>,
     ) -> DfResult<u64> {
-        let mut batches = Vec::new();
+        let mut pending = Vec::new();
+        let mut pending_bytes = 0;
+        let mut stage = None;
         while let Some(batch) = data.next().await {
-            batches.push(batch?);
+            let batch = batch?;
+            pending_bytes += batch.get_array_memory_size();
+            pending.push(batch);
+            if pending_bytes >= write::STAGE_AFTER_BYTES {
+                let stage = match &mut stage {
+                    Some(stage) => stage,
+                    None => stage.insert(self.writer.stage()?),
+                };
+                write::stage_batches(&self.table, &std::mem::take(&mut pending), stage)?;
+                pending_bytes = 0;
+            }
         }
-        let insert = write::insert_batches(&self.table, &self.writer, &batches);
+        let insert = async {
+            let Some(mut stage) = stage else {
+                return write::insert_batches(&self.table, &self.writer, &pending).await;
+            };
+            write::stage_batches(&self.table, &pending, &mut stage)?;
+            self.writer.commit_stage(self.table.target(), stage).await
+        };
         let producer = self.producer.clone();
         Ok(crate::state::writer::PRODUCER
             .scope(producer, insert)

@@ -8,6 +8,18 @@ use crate::catalog::Table;
 use crate::error::{Error, Result};
 use crate::state::writer::{Change, KeyedRow, Stage, WriteOp, Writer};
 
+/// Arrow bytes of rows after which an INSERT stages them on disk instead
+/// of holding them for one write.
+pub const STAGE_AFTER_BYTES: usize = 8 << 20;
+
+/// Add rows to a bulk load's stage; nothing to add is not an error.
+pub fn stage_batches(table: &Arc<Table>, batches: &[RecordBatch], stage: &mut Stage) -> Result<()> {
+    if batches.iter().all(|b| b.num_rows() == 0) {
+        return Ok(());
+    }
+    NewRows::encode(table, batches)?.stage(table, stage)
+}
+
 /// Write a statement's rows to a table; returns how many were inserted.
 pub async fn insert_batches(
     table: &Arc<Table>,

@@ -188,7 +188,8 @@ async fn copy_to(
             parse_query(&format!("SELECT {} FROM {name}", list.join(", ")))?
         }
     };
-    match super::query::run(engine, &ast::Statement::Query(query), None).await? {
+    let output = super::query::run(engine, &ast::Statement::Query(query), None).await?;
+    match output.collected().await? {
         Output::Rows {
             schema, batches, ..
         } => Ok(Output::CopyOutRows {

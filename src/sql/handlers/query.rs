@@ -68,14 +68,32 @@ pub async fn run(
         ))),
         _ => {
             let schema = names.apply(Arc::new(plan.schema().as_arrow().clone()));
-            let batches = DataFrame::new(state, plan).collect().await?;
-            Ok(Output::Rows {
+            let rows = DataFrame::new(state, plan).execute_stream().await?;
+            Ok(Output::Stream {
+                rows: crate::session::RowStream(first_computed(schema.clone(), rows).await?),
                 schema,
-                batches,
                 tag: "SELECT",
             })
         }
     }
+}
+
+/// The stream with its first batch computed, so that an error there (most
+/// errors) is the statement's, before any row is sent. The stream keeps
+/// DataFusion's column names; `schema` carries the client's.
+async fn first_computed(
+    schema: SchemaRef,
+    mut rows: datafusion::execution::SendableRecordBatchStream,
+) -> Result<datafusion::execution::SendableRecordBatchStream> {
+    use futures::StreamExt;
+    let first = match rows.next().await {
+        Some(batch) => Some(batch?),
+        None => None,
+    };
+    let rest = futures::stream::iter(first.map(Ok)).chain(rows);
+    Ok(Box::pin(
+        datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rest.boxed()),
+    ))
 }
 
 fn first_words(ast: &ast::Statement) -> String {

@@ -119,7 +119,11 @@ pub async fn declare(
         }
         CursorSource::Query(query) => {
             in_transaction(session)?;
-            match super::query::run(engine, &query, None).await? {
+            match super::query::run(engine, &query, None)
+                .await?
+                .collected()
+                .await?
+            {
                 Output::Rows {
                     schema, batches, ..
                 } => Cursor::Rows {
