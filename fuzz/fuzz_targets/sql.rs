@@ -6,7 +6,7 @@
 
 #![no_main]
 
-#[path = "shim.rs"]
+#[path = "../shim.rs"]
 mod error;
 
 #[allow(dead_code)]
