@@ -43,6 +43,7 @@ Examples:
   python3 benches/subscribe.py --weir-bin $HOME/.cache/weir-target-rel/release/weir
   python3 benches/subscribe.py --rows 100000 --repeat 1 --samples 40   # smoke run
   python3 benches/subscribe.py --server-cpus 0 --client-cpus 1   # server and clients apart
+  python3 benches/subscribe.py --phases latency --cpu-hog 2      # every core busy beside the node
 """
 
 from __future__ import annotations
@@ -285,8 +286,30 @@ async def _watch_markers(conninfo: str, count: int, pipe) -> None:
     os._exit(0)  # the streams never end by themselves; the server drops them on exit
 
 
+def spin(stop) -> None:
+    """A CPU hog: busy until told to stop, at normal priority."""
+    while not stop.is_set():
+        for _ in range(100_000):
+            pass
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int):
+    """`count` processes beside the node that keep cores busy."""
+    stop = multiprocessing.Event()
+    hogs = [multiprocessing.Process(target=spin, args=(stop,), daemon=True) for _ in range(count)]
+    for hog in hogs:
+        hog.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for hog in hogs:
+            hog.join(5)
+
+
 def run_latency(args, count: int) -> dict:
-    with busy_node(args) as (server, conn):
+    with busy_node(args) as (server, conn), cpu_hogs(args.cpu_hog):
         ours, theirs = multiprocessing.Pipe()
         watcher = multiprocessing.get_context("spawn").Process(
             target=watch_markers, args=(server.conninfo(), count, theirs), daemon=True)
@@ -343,8 +366,9 @@ def markdown(args, runs: list[dict], latency: list[dict]) -> str:
         out.append(f"| {count} | {rate:,.0f} | {rate / base:.2f}x | {median(mine, 'cpu_seconds'):.1f} | "
                    f"{median(mine, 'delivered_cpu_seconds'):.1f} | "
                    f"{'-' if changes is None else f'{changes:,.0f}'} |")
+    hogs = f", {args.cpu_hog} CPU-hog processes beside the node" if args.cpu_hog else ""
     out += ["", f"Latency from an INSERT returning to its change arriving, 100 ms barriers, "
-            f"{args.load_rate:,} rows/s of background load, {args.samples} markers:", "",
+            f"{args.load_rate:,} rows/s of background load{hogs}, {args.samples} markers:", "",
             "| subscribers | p50 ms | p99 ms | max ms | missing |", "|---|---|---|---|---|"]
     for r in latency:
         out.append(f"| {r['subscribers']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
@@ -366,6 +390,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     # process reads, so the latency would measure the client.
     p.add_argument("--load-rate", type=int, default=10_000, help="background rows/s in the latency runs")
     p.add_argument("--phases", default="throughput,latency")
+    p.add_argument("--cpu-hog", type=int, default=0,
+                   help="processes that keep a core busy each, beside the node, during the latency runs")
     p.add_argument("--tmp-dir", default=tempfile.gettempdir())
     p.add_argument("--server-cpus", type=cpu_list, default=None,
                    help="CPUs for the server and the throughput runs' psql loader, "
