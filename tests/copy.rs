@@ -244,7 +244,7 @@ async fn a_client_that_vanishes_mid_copy_leaves_nothing() {
         let _ = connection.await;
     }
     drop(other);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Nothing was committed, whenever the server notices the client left.
     assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
     client
         .execute("INSERT INTO t VALUES (1, 'one')", &[])
