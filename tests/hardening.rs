@@ -170,22 +170,28 @@ async fn statement_timeout_and_cancel_stop_a_running_statement() {
     assert_eq!(one(&client).await, 1);
 }
 
-/// Flip bytes in the middle of the largest table file: its data blocks.
-fn damage_largest_table_file(db: &std::path::Path) -> std::path::PathBuf {
-    let largest = std::fs::read_dir(db)
-        .expect("data directory")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "sst"))
-        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-        .expect("a table file after compaction");
-    let mut bytes = std::fs::read(&largest).expect("read");
-    let middle = bytes.len() / 3;
-    for byte in &mut bytes[middle..middle + 64] {
-        *byte ^= 0x5a;
+/// Flip bytes in the data blocks of every large table file, where rows (a
+/// keyed table's column family) and log chunks (a stream's) live.
+fn damage_large_table_files(db: &std::path::Path) -> usize {
+    let mut damaged = 0;
+    for file in std::fs::read_dir(db).expect("data directory").flatten() {
+        let path = file.path();
+        let size = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if path.extension().is_none_or(|e| e != "sst") || size < 1 << 20 {
+            continue;
+        }
+        let mut bytes = std::fs::read(&path).expect("read");
+        // A third in and three quarters in: the log family holds both
+        // relations' chunks, one after the other.
+        for at in [bytes.len() / 3, bytes.len() * 3 / 4] {
+            for byte in &mut bytes[at..at + 64] {
+                *byte ^= 0x5a;
+            }
+        }
+        std::fs::write(&path, bytes).expect("write");
+        damaged += 1;
     }
-    std::fs::write(&largest, bytes).expect("write");
-    largest
+    damaged
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -195,21 +201,25 @@ async fn a_damaged_table_file_is_refused_with_xx001() {
     client
         .batch_execute(
             "CREATE TABLE t (id BIGINT PRIMARY KEY, pad VARCHAR);
-             INSERT INTO t SELECT value, repeat('x', 200) FROM generate_series(1, 20000);",
+             CREATE STREAM s (id BIGINT, pad VARCHAR);
+             INSERT INTO t SELECT value, repeat('x', 200) || value FROM generate_series(1, 20000);
+             INSERT INTO s SELECT value, repeat('y', 200) || value FROM generate_series(1, 20000);",
         )
         .await
         .expect("setup");
     assert!(server.http("POST", "/compact").await.contains("200"));
     drop(client);
     assert!(server.terminate(), "clean stop");
-    damage_largest_table_file(&server.data_dir().join("db"));
+    assert!(damage_large_table_files(&server.data_dir().join("db")) >= 2);
     server.restart();
     let client = server.connect().await;
-    let e = client
-        .query("SELECT count(*), max(pad) FROM t", &[])
-        .await
-        .expect_err("no wrong rows served silently");
-    assert_eq!(code(&e), "XX001", "{e:?}");
+    for relation in ["t", "s"] {
+        let e = client
+            .query(&format!("SELECT count(*), max(pad) FROM {relation}"), &[])
+            .await
+            .expect_err(&format!("{relation}: no wrong rows served silently"));
+        assert_eq!(code(&e), "XX001", "{relation}: {e:?}");
+    }
     assert_eq!(one(&client).await, 1);
     client
         .batch_execute("CREATE TABLE fresh (a INT); INSERT INTO fresh VALUES (1)")
