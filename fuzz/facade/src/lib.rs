@@ -1,0 +1,3 @@
+//! The part of `datafusion` the connector formats use: arrow.
+
+pub use arrow;
