@@ -260,3 +260,46 @@ async fn a_session_idle_in_a_transaction_is_ended() {
         .expect_err("not a duration");
     assert_eq!(code(&e), "22023", "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_view_whose_create_times_out_leaves_nothing() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (k BIGINT, v BIGINT);
+             INSERT INTO t SELECT value % 1000, value FROM generate_series(1, 300000);
+             SET statement_timeout = '20ms'",
+        )
+        .await
+        .expect("setup");
+    let create =
+        "CREATE MATERIALIZED VIEW v AS SELECT k, count(*) AS n, sum(v) AS s FROM t GROUP BY k";
+    let e = client.batch_execute(create).await.expect_err("times out");
+    assert_eq!(code(&e), "57014", "{e}");
+    client
+        .batch_execute("SET statement_timeout = 0")
+        .await
+        .expect("reset");
+    // The unfinished view is removed in the background once its statement is dropped.
+    let mut gone = false;
+    for _ in 0..250 {
+        let listed = common::text_rows(&client, "SHOW MATERIALIZED VIEWS").await;
+        if listed.is_empty() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the view was removed");
+    client
+        .batch_execute(create)
+        .await
+        .expect("the name is free again");
+    let n: i64 = client
+        .query_one("SELECT sum(n) FROM v", &[])
+        .await
+        .expect("the view")
+        .get(0);
+    assert_eq!(n, 300_000);
+}
