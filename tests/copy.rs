@@ -360,3 +360,30 @@ async fn a_large_insert_select_is_staged_and_lands_whole() {
     assert_eq!(count(&client, "SELECT count(*) FROM t").await, ROWS + 1);
     assert!(staged(server.data_dir()).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_timeout_covers_a_copys_data() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, name VARCHAR); SET statement_timeout = '300ms'",
+        )
+        .await
+        .expect("setup");
+    let sink = client
+        .copy_in::<_, Bytes>("COPY t FROM STDIN")
+        .await
+        .expect("copy");
+    futures::pin_mut!(sink);
+    send_all(&mut sink, &lines(0..1000)).await.expect("send");
+    // Wall time is the point: a client that takes longer than the timeout.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let sent = send_all(&mut sink, &lines(1000..2000)).await;
+    let e = match sent {
+        Err(e) => e,
+        Ok(()) => sink.finish().await.expect_err("timed out"),
+    };
+    assert_eq!(e.code().map(|c| c.code()), Some("57014"), "{e}");
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
+}

@@ -107,6 +107,8 @@ pub struct CopyIn {
     pub loader: Option<handlers::copy::Loader>,
     /// Where `data` is next tried for a part boundary.
     pub next_cut: usize,
+    /// When the session's statement timeout ends the COPY, data included.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// One connection's state.

@@ -105,6 +105,9 @@ pub async fn start(
         data: Vec::new(),
         loader: None,
         next_cut: PART_BYTES,
+        deadline: session
+            .statement_timeout()
+            .map(|limit| std::time::Instant::now() + limit),
     });
     Ok(Output::CopyIn { columns: count })
 }
@@ -290,6 +293,7 @@ impl Layout {
 /// Data from the client: once a part's worth has arrived, cut it off at
 /// the last line boundary and hand it to the loader, started on the first.
 pub async fn receive(engine: &Arc<Engine>, copy: &mut CopyIn, bytes: &[u8]) -> Result<()> {
+    check_deadline(copy)?;
     copy.data.extend_from_slice(bytes);
     if copy.data.len() < copy.next_cut {
         return Ok(());
@@ -312,8 +316,17 @@ pub async fn receive(engine: &Arc<Engine>, copy: &mut CopyIn, bytes: &[u8]) -> R
     Ok(())
 }
 
+/// A COPY's statement timeout runs while the client sends its data.
+fn check_deadline(copy: &CopyIn) -> Result<()> {
+    match copy.deadline {
+        Some(deadline) if std::time::Instant::now() >= deadline => Err(Error::StatementTimeout),
+        _ => Ok(()),
+    }
+}
+
 /// The client sent all its data: write it as one statement.
 pub async fn finish(engine: &Arc<Engine>, mut copy: CopyIn) -> Result<Output> {
+    check_deadline(&copy)?;
     let Some(mut loader) = copy.loader.take() else {
         let rows = encode(&Layout::of(&copy), &copy.data)?;
         let count = rows.write(&copy.table, &engine.writer).await?;
