@@ -77,22 +77,23 @@ fn bound(tokens: &[TokenWithSpan]) -> usize {
         }
         match Role::of(token, previous) {
             Role::Open => levels.push(Level::default()),
-            Role::Close if levels.len() > 1 => {
-                let group = levels.pop().expect("more than one level").close();
-                let top = levels.last_mut().expect("the outermost level stays");
-                top.inner = top.inner.max(group);
-            }
+            Role::Close if levels.len() > 1 => close_group(&mut levels),
             Role::Separator => levels.last_mut().expect("never empty").separate(),
             Role::Close | Role::Term => levels.last_mut().expect("never empty").tokens += 1,
         }
         previous = Some(token);
     }
     while levels.len() > 1 {
-        let group = levels.pop().expect("more than one level").close();
-        let top = levels.last_mut().expect("the outermost level stays");
-        top.inner = top.inner.max(group);
+        close_group(&mut levels);
     }
     levels.pop().map_or(0, Level::close)
+}
+
+/// The innermost group ends: its depth counts in the level around it.
+fn close_group(levels: &mut Vec<Level>) {
+    let group = levels.pop().expect("more than one level").close();
+    let top = levels.last_mut().expect("the outermost level stays");
+    top.inner = top.inner.max(group);
 }
 
 /// What a token does to the nesting.
