@@ -12,8 +12,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
-use datafusion::arrow::compute::concat;
+use datafusion::arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, StringArray, UInt32Array, new_null_array,
+};
+use datafusion::arrow::compute::{concat, take_record_batch};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::physical_expr::PhysicalExpr;
 
@@ -115,12 +117,12 @@ impl RowErrors {
     ) -> Result<ArrayRef> {
         let data_type = expr.data_type(rows.schema_ref())?;
         let mut parts = Vec::with_capacity(rows.num_rows());
+        let mut failed = Vec::new();
         for i in 0..rows.num_rows() {
-            let row = rows.slice(i, 1);
-            match evaluate(expr, &row) {
+            match evaluate(expr, &rows.slice(i, 1)) {
                 Ok(value) => parts.push(value),
                 Err(e) => {
-                    self.record(view, &e, &row)?;
+                    failed.push((i as u32, e));
                     parts.push(new_null_array(&data_type, 1));
                 }
             }
@@ -128,19 +130,25 @@ impl RowErrors {
         if parts.is_empty() {
             return Err(batch_error);
         }
+        self.record(view, rows, failed)?;
         let parts: Vec<&dyn datafusion::arrow::array::Array> =
             parts.iter().map(|p| p.as_ref()).collect();
         Ok(concat(&parts)?)
     }
 
-    fn record(&mut self, view: &str, e: &Error, row: &RecordBatch) -> Result<()> {
-        tracing::debug!(view, code = e.sqlstate(), cause = %e, "a view's expression failed on a row");
-        self.caught.push(RowError {
-            view: view.to_string(),
-            sqlstate: e.sqlstate(),
-            message: e.message(),
-            row: rows_as_json(row)?.into_iter().next().unwrap_or_default(),
-        });
+    /// Keep the failed rows, written as JSON together.
+    fn record(&mut self, view: &str, rows: &RecordBatch, failed: Vec<(u32, Error)>) -> Result<()> {
+        let indices = UInt32Array::from_iter_values(failed.iter().map(|(i, _)| *i));
+        let json = rows_as_json(&take_record_batch(rows, &indices)?)?;
+        for ((_, e), row) in failed.into_iter().zip(json) {
+            tracing::debug!(view, code = e.sqlstate(), cause = %e, "a view's expression failed on a row");
+            self.caught.push(RowError {
+                view: view.to_string(),
+                sqlstate: e.sqlstate(),
+                message: e.message(),
+                row,
+            });
+        }
         Ok(())
     }
 }

@@ -310,36 +310,11 @@ fn to_response(
             batches,
             tag,
         } => {
-            let options = Some(format_options(metadata));
-            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, options)?);
-            let rows: Vec<_> = batches
-                .into_iter()
-                .map(|batch| super::text::timestamps_as_postgres(batch, &fields))
-                .flat_map(|batch| encode_recordbatch(fields.clone(), batch))
-                .collect();
-            let mut response = QueryResponse::new(fields, stream::iter(rows));
-            response.set_command_tag(tag);
-            Response::Query(response)
+            let batches = stream::iter(batches.into_iter().map(Ok));
+            rows_response(&schema, batches, tag, format, metadata)?
         }
         Output::Stream { schema, rows, tag } => {
-            let options = Some(format_options(metadata));
-            let fields = Arc::new(arrow_schema_to_pg_fields(&schema, format, options)?);
-            let encoder = fields.clone();
-            // Encoded a batch at a time as the client takes them; an error
-            // after some rows ends the result, as in PostgreSQL.
-            let data = rows.0.flat_map(move |batch| {
-                let rows: Vec<PgWireResult<_>> = match batch {
-                    Ok(batch) => {
-                        let batch = super::text::timestamps_as_postgres(batch, &encoder);
-                        encode_recordbatch(encoder.clone(), batch).collect()
-                    }
-                    Err(e) => vec![Err(to_pg_error(Error::from(e)))],
-                };
-                stream::iter(rows)
-            });
-            let mut response = QueryResponse::new(fields, data);
-            response.set_command_tag(tag);
-            Response::Query(response)
+            rows_response(&schema, rows.0, tag, format, metadata)?
         }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(&tag);
@@ -367,6 +342,33 @@ fn to_response(
             )));
         }
     })
+}
+
+/// Rows in the client's formats, encoded a batch at a time as the client
+/// takes them; an error after some rows ends the result, as in PostgreSQL.
+fn rows_response(
+    schema: &SchemaRef,
+    batches: impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static,
+    tag: &str,
+    format: &Format,
+    metadata: &std::collections::HashMap<String, String>,
+) -> PgWireResult<Response> {
+    let options = Some(format_options(metadata));
+    let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, options)?);
+    let encoder = fields.clone();
+    let data = batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<_>> = match batch {
+            Ok(batch) => {
+                let batch = super::text::timestamps_as_postgres(batch, &encoder);
+                encode_recordbatch(encoder.clone(), batch).collect()
+            }
+            Err(e) => vec![Err(to_pg_error(Error::from(e)))],
+        };
+        stream::iter(rows)
+    });
+    let mut response = QueryResponse::new(fields, data);
+    response.set_command_tag(tag);
+    Ok(Response::Query(response))
 }
 
 /// Rows as COPY data: one message a line, as PostgreSQL sends them (the
