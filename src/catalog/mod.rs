@@ -101,9 +101,12 @@ impl OnError {
     }
 }
 
-/// One hour, in microseconds.
+/// How long a log keeps changes as written unless told otherwise: one
+/// hour, in microseconds.
+pub const DEFAULT_RETENTION: i64 = 3_600_000_000;
+
 fn default_retention() -> i64 {
-    3_600_000_000
+    DEFAULT_RETENTION
 }
 
 /// A view's emit policy: when its results change.

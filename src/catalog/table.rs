@@ -55,6 +55,11 @@ pub struct TableDef {
     /// contents, and it keeps no rows of its own.
     #[serde(default)]
     pub log_only: bool,
+    /// How long the log keeps changes as written, in microseconds
+    /// (`WITH (retention = ...)`): a table's older changes are folded into
+    /// its live rows, an append-only table's are dropped.
+    #[serde(default)]
+    pub retention: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,6 +102,7 @@ impl TableDef {
             watermarked: false,
             connector: None,
             log_only: false,
+            retention: None,
         }
     }
 

@@ -58,8 +58,7 @@ pub const EPOCH_KEY: &[u8] = b"\xffepoch";
 /// the views' own count overstates it where they overwrite a key.
 const PRESIZE_BYTES: usize = 64 << 20;
 
-/// Processing time in microseconds since the Unix epoch.
-pub type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
+pub use crate::state::writer::Now;
 
 /// How the runtime runs.
 #[derive(Clone)]
@@ -87,8 +86,39 @@ enum Command {
     Flush(oneshot::Sender<Result<()>>),
     /// Wait until one view has read everything its sources held when asked.
     CatchUp(u64, oneshot::Sender<Result<()>>),
-    /// Keep a view's changes readable for at least this long (microseconds).
-    Retain(u64, i64),
+    /// Keep a topic's changes as written for at least this long.
+    Retain(u64, Retention),
+}
+
+/// How long a topic's changes stay as written, and what becomes of them
+/// after: folded into one consolidated run (a view's changelog, a table's
+/// log) or dropped (an append-only table with a retention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Microseconds.
+    pub micros: i64,
+    pub partitions: u32,
+    pub expire: bool,
+}
+
+impl Retention {
+    /// Older changes are folded into one run per partition.
+    pub fn fold(micros: i64, partitions: u32) -> Retention {
+        Retention {
+            micros,
+            partitions,
+            expire: false,
+        }
+    }
+
+    /// Older changes are dropped.
+    pub fn expire(micros: i64, partitions: u32) -> Retention {
+        Retention {
+            micros,
+            partitions,
+            expire: true,
+        }
+    }
 }
 
 /// A handle to the runtime thread.
@@ -193,10 +223,15 @@ impl Runtime {
         rx.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    /// Keep `view`'s changelog readable for at least `micros`; older
-    /// changes are compacted into one consolidated run.
-    pub fn retain(&self, view: u64, micros: i64) -> Result<()> {
-        self.send(Command::Retain(view, micros))
+    /// Keep `topic`'s changes as written for at least `retention`'s
+    /// time; a longer one asked for the same topic wins.
+    pub fn retain(&self, topic: u64, retention: Retention) -> Result<()> {
+        self.send(Command::Retain(topic, retention))
+    }
+
+    /// Stop compacting a dropped table's log.
+    pub async fn forget(&self, topic: u64) -> Result<()> {
+        self.drop_view(topic).await
     }
 
     /// How far a view has read its sources, from 0 to 1.
@@ -229,8 +264,8 @@ struct Worker {
     tasks: tokio::runtime::Runtime,
     /// Tells change streams an epoch committed.
     epochs: watch::Sender<u64>,
-    /// How long each view's changelog stays readable, and when it was last compacted.
-    retention: HashMap<u64, (i64, i64)>,
+    /// How long each topic's changes stay as written, and when it was last compacted.
+    retention: HashMap<u64, (Retention, i64)>,
     /// Epochs were written without the WAL since the last flush.
     unlogged: bool,
 }
@@ -305,10 +340,10 @@ impl Worker {
                 let outcome = self.add(*dataflow, creating);
                 let _ = reply.send(outcome);
             }
-            Command::Retain(view, micros) => {
+            Command::Retain(topic, retention) => {
                 let now = (self.settings.now)();
-                let entry = self.retention.entry(view).or_insert((micros, now));
-                entry.0 = entry.0.max(micros);
+                let entry = self.retention.entry(topic).or_insert((retention, now));
+                entry.0.micros = entry.0.micros.max(retention.micros);
             }
             Command::Drop(view, reply) => {
                 // Dropping a dataflow's handle closes its channels: its tasks end.
@@ -558,7 +593,7 @@ impl Worker {
         self.running.iter().any(|r| r.creating)
     }
 
-    /// Fold each view's changes older than its retention into one run, every
+    /// Fold (or drop) each topic's changes older than its retention, every
     /// half retention; never past what a view reading it has yet to read.
     fn compact(&mut self, db: &DB) {
         // A logged compaction must not fold in changes a crash could lose.
@@ -566,27 +601,32 @@ impl Worker {
             return;
         }
         let now = (self.settings.now)();
-        let limits: HashMap<u64, u64> = self
-            .retention
-            .keys()
-            .map(|view| (*view, self.unread(*view)))
-            .collect();
-        for (view, (retention, last)) in self.retention.iter_mut() {
-            if now - *last < *retention / 2 {
-                continue;
+        let mut due = Vec::new();
+        for (topic, (retention, last)) in self.retention.iter_mut() {
+            if now - *last >= retention.micros / 2 {
+                *last = now;
+                due.push((*topic, *retention));
             }
-            *last = now;
-            let limit = limits.get(view).copied().unwrap_or(0);
-            match crate::log::embedded::compact(db, *view, 0, now - *retention, limit) {
-                Ok(Some(epoch)) => tracing::debug!(view, epoch, "changelog compacted"),
-                Ok(None) => {}
-                Err(e) => tracing::warn!(view, cause = %e, "changelog compaction failed"),
+        }
+        for (topic, retention) in due {
+            for partition in 0..retention.partitions.max(1) {
+                let limit = self.unread(topic, partition);
+                let before = now - retention.micros;
+                let outcome = match retention.expire {
+                    true => crate::log::embedded::expire(db, topic, partition, before, limit),
+                    false => crate::log::embedded::compact(db, topic, partition, before, limit),
+                };
+                match outcome {
+                    Ok(Some(epoch)) => tracing::debug!(topic, partition, epoch, "log compacted"),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!(topic, partition, cause = %e, "log compaction failed"),
+                }
             }
         }
     }
 
-    /// The lowest offset of `topic` some running dataflow has not read yet.
-    fn unread(&self, topic: u64) -> u64 {
+    /// The lowest offset of a topic partition some running dataflow has not read yet.
+    fn unread(&self, topic: u64, partition: u32) -> u64 {
         self.running
             .iter()
             .flat_map(|r| {
@@ -594,7 +634,7 @@ impl Worker {
                     .iter()
                     .enumerate()
                     .filter(|(_, input)| input.topic == topic)
-                    .map(|(index, _)| r.offsets.get(&(index, 0)).copied().unwrap_or(0))
+                    .map(|(index, _)| r.offsets.get(&(index, partition)).copied().unwrap_or(0))
             })
             .min()
             .unwrap_or(u64::MAX)

@@ -168,6 +168,9 @@ pub fn compact(
     limit: u64,
 ) -> Result<Option<u64>> {
     let prefix = keys::log_partition_prefix(topic, partition);
+    let Some(last) = last_base(db, &prefix)? else {
+        return Ok(None);
+    };
     let mut fold = Fold::default();
     let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
     iter.seek(&prefix);
@@ -176,6 +179,11 @@ pub fn compact(
             break;
         }
         let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
+        // The last chunk stays as written: it is where the partition's end
+        // and watermark are read from.
+        if base == last {
+            break;
+        }
         let chunk = decode_chunk(value)?;
         let end = base + chunk.entries.len() as u64;
         let Some(stamp) = chunk.stamp else { break };
@@ -202,6 +210,74 @@ pub fn compact(
     }
     db.write(batch)?;
     Ok(Some(epoch))
+}
+
+/// Drop the start of an append-only partition: every chunk written before
+/// `before` (processing time) that ends at or before `limit`, never the
+/// last one. An empty chunk stamped compacted with the newest dropped epoch
+/// takes their place, so a change stream asked to resume inside them is
+/// told they are gone. Returns that epoch, or `None` when nothing went.
+///
+/// Like [`compact`], it must not race another writer of the same offsets;
+/// appends after `limit` are fine.
+pub fn expire(
+    db: &rocksdb::DB,
+    topic: u64,
+    partition: u32,
+    before: i64,
+    limit: u64,
+) -> Result<Option<u64>> {
+    let prefix = keys::log_partition_prefix(topic, partition);
+    let Some(last) = last_base(db, &prefix)? else {
+        return Ok(None);
+    };
+    let mut gone = Fold::default();
+    let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
+    iter.seek(&prefix);
+    while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+        if !key.starts_with(&prefix) {
+            break;
+        }
+        let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
+        let (count, watermark, stamp) = head(value)?;
+        let Some(stamp) = stamp else { break };
+        let end = base + count;
+        if base == last || end > limit || (!stamp.compacted && stamp.time >= before) {
+            break;
+        }
+        gone.stamp.epoch = gone.stamp.epoch.max(stamp.epoch);
+        gone.stamp.time = gone.stamp.time.max(stamp.time);
+        gone.watermark = gone.watermark.max(watermark);
+        gone.end = end;
+        gone.fresh |= !stamp.compacted;
+        iter.next();
+    }
+    iter.status()?;
+    if !gone.fresh || gone.end == 0 {
+        return Ok(None);
+    }
+    let family = crate::state::cf(db, CF_LOG);
+    let mut batch = rocksdb::WriteBatch::default();
+    batch.delete_range_cf(family, &prefix, &keys::log_key(topic, partition, gone.end));
+    let epoch = gone.stamp.epoch;
+    for (key, chunk) in gone.chunks(topic, partition) {
+        batch.put_cf(family, key, chunk);
+    }
+    db.write(batch)?;
+    Ok(Some(epoch))
+}
+
+/// The base offset of a partition's last chunk.
+fn last_base(db: &rocksdb::DB, prefix: &[u8]) -> Result<Option<u64>> {
+    let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
+    iter.seek_for_prev(keys::prefix_end(prefix));
+    iter.status()?;
+    match iter.key() {
+        Some(key) if key.starts_with(prefix) => {
+            Ok(Some(keys::log_key_offset(key).ok_or_else(corrupt)?))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Records being folded by [`compact`]: net weight per row, in first-seen order.

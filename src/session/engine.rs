@@ -66,8 +66,10 @@ impl Engine {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
         let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
-        let writer = Writer::start(&store, Some(disk.clone()), config.fsync)?;
         let clock = Arc::new(Clock::new(config.manual_clock));
+        let now_clock = clock.clone();
+        let now: crate::state::writer::Now = Arc::new(move || now_clock.now().timestamp_micros());
+        let writer = Writer::start(&store, Some(disk.clone()), config.fsync, now.clone())?;
         let failures = Failures::default();
         let ctx = session_context(&catalog, &store, &writer, &clock, &failures)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
@@ -79,11 +81,10 @@ impl Engine {
             crate::catalog::SOURCE_ERRORS,
             crate::connector::errors::definition,
         )?;
-        let now_clock = clock.clone();
         let settings = Settings {
             barrier_interval: config.barrier_interval,
             idle_timeout: config.idle_timeout,
-            now: Arc::new(move || now_clock.now().timestamp_micros()),
+            now,
             late_events: Some(late_events),
             view_errors: Some(view_errors),
             failures,
@@ -120,10 +121,28 @@ impl Engine {
             })
             .collect();
         views.sort_by_key(|v| v.table.def.id);
+        self.retain_table_logs()?;
         for view in views {
             crate::sql::handlers::create_mv::start(self, &view, false).await?;
         }
         self.start_connectors();
+        Ok(())
+    }
+
+    fn retain_table_logs(&self) -> Result<()> {
+        for object in self.catalog.objects() {
+            if let crate::catalog::Object::Table(table) = object {
+                let subscribed = self
+                    .catalog
+                    .subscriptions()
+                    .into_iter()
+                    .filter(|s| s.from == table.def.id)
+                    .map(|s| s.retention)
+                    .max()
+                    .unwrap_or(0);
+                crate::sql::handlers::ddl::retain_log(self, &table.def, subscribed)?;
+            }
+        }
         Ok(())
     }
 

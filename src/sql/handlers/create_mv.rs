@@ -136,6 +136,7 @@ pub async fn create_logical(
         watermarked: false,
         connector: None,
         log_only: false,
+        retention: None,
     };
     engine
         .catalog
@@ -243,7 +244,11 @@ pub async fn start(engine: &Arc<Engine>, view: &Arc<View>, creating: bool) -> Re
         .filter(|s| s.from == id)
         .map(|s| s.retention);
     let retention = subscribed.fold(view.def.retention, i64::max);
-    engine.runtime.retain(id, retention)
+    let partitions = view.table.def.partitions.max(1);
+    engine.runtime.retain(
+        id,
+        crate::dataflow::runtime::Retention::fold(retention, partitions),
+    )
 }
 
 fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Dataflow> {
@@ -317,6 +322,7 @@ fn contents(
         watermarked: shape.watermarked,
         connector: None,
         log_only: shape.log_only,
+        retention: None,
     })
 }
 

@@ -9,6 +9,7 @@ use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
 use crate::catalog::{ColumnDef, Object, ObjectDef, ObjectKind, TableDef, WatermarkDef};
+use crate::dataflow::runtime::Retention;
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::{CreateTable, Drop, ident_name};
@@ -32,7 +33,8 @@ pub async fn create_table(
         }
         return Err(Error::DuplicateTable(create.name));
     }
-    let create = with_generated_columns(create)?;
+    let mut create = with_generated_columns(create)?;
+    let retention = take_retention(&mut create)?;
     let ast::Statement::CreateTable(parsed) = create.ast.as_ref() else {
         return Err(Error::Internal("CREATE TABLE without its statement".into()));
     };
@@ -67,15 +69,104 @@ pub async fn create_table(
         watermarked: false,
         connector: create.connector.clone(),
         log_only: false,
+        retention,
     };
     super::connector::check_source(&def).await?;
     let object = engine.catalog.create(ObjectDef::Table(def))?;
+    retain_log(engine, &object.table().def, 0)?;
     if let Object::Table(table) = object
         && table.def.connector.is_some()
     {
         engine.connectors.start_source(engine, table);
     }
     Ok(Output::command(tag))
+}
+
+/// Hand a table's log to the runtime's compaction: a table's changes fold
+/// into its live rows after its retention (an hour unless set), an
+/// append-only table's are dropped after its retention, if it has one.
+/// `at_least` is what a subscription to it asks for.
+pub fn retain_log(engine: &Engine, def: &TableDef, at_least: i64) -> Result<()> {
+    let partitions = def.partitions.max(1);
+    let retention = match (def.contents_in_log(), def.retention) {
+        (true, None) => return Ok(()),
+        (true, Some(micros)) => Retention::expire(micros.max(at_least), partitions),
+        (false, micros) => {
+            let micros = micros.unwrap_or(crate::catalog::DEFAULT_RETENTION);
+            Retention::fold(micros.max(at_least), partitions)
+        }
+    };
+    engine.runtime.retain(def.topic(), retention)
+}
+
+/// `WITH (retention = '1 day')` (or RisingWave's `retention_seconds = 86400`),
+/// taken from the table's options or its connector's; any other plain
+/// option is refused, as PostgreSQL refuses a parameter it does not know.
+fn take_retention(create: &mut CreateTable) -> Result<Option<i64>> {
+    let mut options: Vec<(String, String)> = Vec::new();
+    if let Some(connector) = create.connector.as_mut() {
+        for key in ["retention", "retention_seconds"] {
+            if let Some(value) = connector.options.remove(key) {
+                options.push((key.to_string(), value));
+            }
+        }
+    }
+    if let ast::Statement::CreateTable(parsed) = create.ast.as_mut() {
+        let table_options = std::mem::take(&mut parsed.table_options);
+        if let ast::CreateTableOptions::With(with) = table_options {
+            for option in with {
+                options.push(plain_option(option)?);
+            }
+        } else if table_options != ast::CreateTableOptions::None {
+            return Err(Error::NotSupported(format!(
+                "table options {table_options} are not supported; weir takes WITH (retention = '1 day')"
+            )));
+        }
+    }
+    let mut retention = None;
+    for (key, value) in options {
+        let micros = match key.as_str() {
+            "retention" => super::subscribe::parse_duration(&value)
+                .map_err(|e| Error::InvalidParameter(format!("retention: {e}")))?
+                .as_micros() as i64,
+            "retention_seconds" => value
+                .parse::<i64>()
+                .ok()
+                .filter(|s| *s > 0)
+                .and_then(|s| s.checked_mul(1_000_000))
+                .ok_or_else(|| {
+                    Error::InvalidParameter(format!(
+                        "retention_seconds must be a positive whole number of seconds, not \"{value}\""
+                    ))
+                })?,
+            other => {
+                return Err(Error::InvalidParameter(format!(
+                    "unrecognized parameter \"{other}\"; a table takes WITH (retention = '1 day')"
+                )));
+            }
+        };
+        if retention.replace(micros).is_some() {
+            return Err(Error::Syntax("the retention is given twice".into()));
+        }
+    }
+    Ok(retention)
+}
+
+/// One `key = value` of a plain `WITH (...)`, the value as written.
+fn plain_option(option: ast::SqlOption) -> Result<(String, String)> {
+    let ast::SqlOption::KeyValue { key, value } = option else {
+        return Err(Error::Syntax(format!(
+            "table option {option} is not a key = value pair"
+        )));
+    };
+    let value = match value {
+        ast::Expr::Value(ast::ValueWithSpan {
+            value: ast::Value::SingleQuotedString(text),
+            ..
+        }) => text,
+        other => other.to_string(),
+    };
+    Ok((key.value.to_lowercase(), value))
 }
 
 /// A generator source written without columns takes the generator's own.
@@ -320,7 +411,10 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
         }
         match object {
             Object::MaterializedView(view) => engine.runtime.drop_view(view.table.def.id).await?,
-            Object::Table(table) => engine.connectors.stop(table.def.id).await,
+            Object::Table(table) => {
+                engine.connectors.stop(table.def.id).await;
+                engine.runtime.forget(table.def.topic()).await?;
+            }
             Object::View(_) => {}
         }
     }

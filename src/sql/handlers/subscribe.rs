@@ -308,7 +308,11 @@ pub fn create_subscription(
         retention,
     })?;
     if table.def.is_view {
-        engine.runtime.retain(table.def.id, retention)?;
+        let partitions = table.def.partitions.max(1);
+        let fold = crate::dataflow::runtime::Retention::fold(retention, partitions);
+        engine.runtime.retain(table.def.id, fold)?;
+    } else {
+        super::ddl::retain_log(engine, &table.def, retention)?;
     }
     Ok(Output::command("CREATE SUBSCRIPTION"))
 }
