@@ -28,6 +28,12 @@ pub enum Error {
     InvalidInput(String),
     #[error("{0}")]
     OutOfRange(String),
+    /// Date/time text that does not fit its format.
+    #[error("{0}")]
+    InvalidDatetimeFormat(String),
+    /// A date/time field outside its range (month 13, hour 25).
+    #[error("{0}")]
+    DatetimeOverflow(String),
     #[error("duplicate key value violates unique constraint \"{constraint}\"")]
     UniqueViolation { constraint: String, key: String },
     #[error(
@@ -176,6 +182,8 @@ impl Error {
             Error::DuplicateColumn(_) => "42701",
             Error::InvalidInput(_) => "22P02",
             Error::OutOfRange(_) => "22003",
+            Error::InvalidDatetimeFormat(_) => "22007",
+            Error::DatetimeOverflow(_) => "22008",
             Error::UniqueViolation { .. } => "23505",
             Error::NotNullViolation { .. } => "23502",
             Error::DependentObjects { .. } => "2BP01",

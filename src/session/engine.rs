@@ -213,5 +213,12 @@ fn session_context(
         crate::sql::lookup::LookupFunction::new(catalog.clone(), store.clone(), writer.clone());
     ctx.register_udtf(crate::sql::lookup::FUNCTION, Arc::new(lookup));
     setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider).map_err(|e| Error::from(*e))?;
+    // DataFusion's functions of these names go with their aliases, which a
+    // rebuilt state would otherwise register again over ours.
+    let options = ctx.copied_config();
+    for function in crate::sql::template::udf::functions(options.options()) {
+        ctx.deregister_udf(function.name());
+        ctx.register_udf(function);
+    }
     Ok(ctx)
 }

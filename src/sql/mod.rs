@@ -7,5 +7,6 @@ pub mod keyaccess;
 pub mod lookup;
 pub mod parser;
 pub mod provider;
+pub mod template;
 pub mod window;
 pub mod write;
