@@ -14,7 +14,7 @@ temporary directory on free local ports, and measures on both:
 Every measurement is repeated --repeat times, alternating the systems
 (weir, pg, weir, pg, ...), and the median of each system is reported together
 with the ratio weir / PostgreSQL. Peak memory of both servers is recorded.
-The result is a Markdown section on stdout, ready for docs/benchmarks.md;
+The result is a Markdown section on stdout, ready for docs/benchmarks/log.md;
 progress goes to stderr; --json writes every individual run as well.
 
 PostgreSQL runs with initdb defaults, which include full durability

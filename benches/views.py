@@ -38,7 +38,7 @@ measures three things, each on a fresh node:
               (COPY, then FLUSH). Reported: peak resident set (VmHWM) of the
               weir process, before and after the view, and the times.
 
-The result is a Markdown section on stdout, ready for docs/benchmarks.md;
+The result is a Markdown section on stdout, ready for docs/benchmarks/log.md;
 progress goes to stderr; --json writes every individual run as well.
 
 Requirements: Python 3.9+, psycopg 3 (`pip install "psycopg[binary]"`) and a

@@ -40,7 +40,7 @@ temporary data directory, free ports) and measures, each on a fresh node:
               are deleted once final, so memory should not grow with the
               stream.
 
-The result is a Markdown section on stdout, ready for docs/benchmarks.md;
+The result is a Markdown section on stdout, ready for docs/benchmarks/log.md;
 progress goes to stderr; --json writes every run as well.
 
 Requirements: Python 3.9+, psycopg 3 (`pip install "psycopg[binary]"`) and a

@@ -5,26 +5,40 @@
 //! **server = bytes · session = statements · sql = plans · catalog = names ·
 //! dataflow = changes · log = inputs and outputs · state = storage**
 //!
+//! Data takes two paths. A statement takes the table path; a materialized
+//! view's changes take the dataflow path. The log joins them: writes end in
+//! a table's log, and views start from it.
+//!
 //! ```text
-//!  psql / drivers --pgwire--> server --> session --> sql (parse, bind, plan) --> catalog
-//!                                            |                 |
-//!                                            |       DataFusion LogicalPlan
-//!                                            v                 v
-//!                  pull query: DataFusion over a        writes: state::Writer (group commit)
-//!                  RocksDB snapshot (state::ReadView)       |            |
-//!                                                           v            v
-//!                                              table rows (state)   log topics (log)
+//!  TABLE PATH (a statement)
+//!  psql / drivers --pgwire--> server --> session --> sql: parse, plan (names: catalog)
+//!    writes: sql --> state::writer: checks, log offsets, group commit, one sync
+//!                --> RocksDB: rows family (live rows) + log family (the table's topic)
+//!    reads:  sql --> DataFusion over one RocksDB snapshot (state::ReadView)
+//!
+//!  DATAFLOW PATH (a materialized view)
+//!  table log / view changelog    (Kafka and generator sources write via the writer)
+//!    --> source task --> operator tasks --> Materialize         (dataflow::task)
+//!        Changes, Watermark, Idle, Barrier on bounded channels; barriers aligned
+//!    --> coordinator: one WriteBatch per epoch: state, view rows,
+//!        changelog, source offsets                               (dataflow::runtime)
+//!    --> the changelog's readers: SUBSCRIBE and cursors (session::subscribe),
+//!        Kafka sinks (connector), views on views
 //! ```
 //!
-//! - [`server`]: pgwire only; turns bytes into calls on a [`session::Session`].
-//! - [`session`]: per-connection settings and the [`session::Engine`] that owns
-//!   the catalog, the store and the DataFusion context; change streams
-//!   (`SUBSCRIBE`) that tail a relation's log topic at the reader's pace.
-//! - [`sql`]: our statements on top of `sqlparser`, one handler per statement.
-//! - [`catalog`]: tables and their definitions, persisted in RocksDB.
-//! - [`dataflow`]: the change model that flows between operators.
-//! - [`log`]: the embedded, partitioned, offset-addressed log every write goes to.
-//! - [`state`]: RocksDB, key layout, row encoding and the group-commit writer.
+//! - [`server`]: pgwire only; frames and checks bytes, calls a [`session::Session`].
+//! - [`session`]: per-connection state and the shared [`session::Engine`];
+//!   change streams (`SUBSCRIBE`) that tail a log at the reader's pace.
+//! - [`sql`]: our statements on top of `sqlparser`, planning through
+//!   DataFusion, one handler per statement.
+//! - [`catalog`]: every object's definition and dependencies, in RocksDB.
+//! - [`dataflow`]: the change model, the operators, and the epoch runtime.
+//! - [`connector`]: Kafka sources and sinks, and generators.
+//! - [`log`]: topics of chunked, offset-addressed records: every write's and
+//!   every view's changes.
+//! - [`state`]: RocksDB, key layout, row encoding, the group-commit writer.
+//!
+//! `docs/architecture.md` is the longer map.
 
 pub mod catalog;
 pub mod config;

@@ -168,7 +168,7 @@ WATERMARK = "WATERMARK FOR date_time AS date_time - INTERVAL '4' SECOND"
 # windowed aggregates, whose windows only close (and whose state is only
 # dropped) as event time passes them, as in Flink's jobs. q7 is left out:
 # its join on the window's end would become an interval join, which is
-# slower in weir today than the regular join (docs/benchmarks.md).
+# slower in weir today than the regular join (docs/benchmarks/log.md).
 WATERMARKED = ("q5", "q7_tumble", "q8")
 
 

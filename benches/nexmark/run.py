@@ -32,7 +32,7 @@ One command:
      parallelism 1 and 2 (benches/nexmark/flink_job.py).
    Medians of --repeat runs; every checksum must agree with weir's.
 
-The result is Markdown on stdout (for docs/benchmarks.md), progress on
+The result is Markdown on stdout (for docs/benchmarks/log.md), progress on
 stderr; --json keeps every run, --plot draws throughput per query (SVG).
 
 Requirements: Python 3.9+, `pip install "psycopg[binary]" duckdb datafusion`,
