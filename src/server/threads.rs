@@ -4,7 +4,7 @@
 //! A statement on a lone connection then runs where its socket's wake-up
 //! arrives. On a shared multi-threaded runtime, the worker waiting on the
 //! socket handed the connection to the other worker, and each hand-off cost
-//! context switches on the statement's path; measured in `docs/benchmarks.md`.
+//! context switches on the statement's path; measured in `docs/benchmarks/log.md`.
 //!
 //! While the node has one connection and its client answers quickly, the
 //! connection's thread polls the socket briefly before sleeping

@@ -2,8 +2,8 @@
 //!
 //! Keys use the same format over the key columns, so byte order is SQL order
 //! and range scans on a primary key are RocksDB range scans. The format is
-//! tied to the Arrow version weir is built with; the store records that
-//! version and refuses to open data written by another (see docs/architecture.md).
+//! tied to the Arrow version weir is built with, so a store written by a
+//! build on another Arrow version may not read back (see docs/internals.md).
 
 use std::sync::Arc;
 
