@@ -1,5 +1,6 @@
 //! Turning rows into write requests: the shared path of INSERT, COPY, UPDATE and DELETE.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch};
@@ -7,6 +8,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 use crate::catalog::Table;
 use crate::error::{Error, Result};
 use crate::state::writer::{Change, KeyedRow, Stage, WriteOp, Writer};
+use crate::state::{CF_ROWS, ReadView, keys};
 
 /// Arrow bytes of rows after which an INSERT stages them on disk instead
 /// of holding them for one write.
@@ -97,19 +99,28 @@ impl NewRows {
 }
 
 /// Delete the given current rows (full rows in the table's schema).
-pub async fn delete_rows(table: &Arc<Table>, writer: &Writer, rows: &[RecordBatch]) -> Result<u64> {
+/// Delete the rows a statement read from `view`.
+pub async fn delete_rows(
+    table: &Arc<Table>,
+    writer: &Writer,
+    view: &ReadView,
+    rows: &[RecordBatch],
+) -> Result<u64> {
     refuse_append_only(table, "DELETE")?;
-    let keys = keyed_rows(table, rows)?
+    let keys = read_rows(table, view, rows)?
         .into_iter()
         .map(|r| r.key)
         .collect();
     writer.write(table.target(), WriteOp::Delete { keys }).await
 }
 
-/// Replace `old` rows by `new` rows, pairwise.
+/// Replace `old` rows, as a statement read them from `view`, by `new`
+/// rows, pairwise. A row of a table without a primary key keeps its
+/// position, as RisingWave's rows keep their `_row_id`.
 pub async fn update_rows(
     table: &Arc<Table>,
     writer: &Writer,
+    view: &ReadView,
     old: &[RecordBatch],
     new: &[RecordBatch],
 ) -> Result<u64> {
@@ -118,8 +129,20 @@ pub async fn update_rows(
         check_not_null(table, batch)?;
     }
     let watermark = table.watermark_of(new)?;
-    let old = keyed_rows(table, old)?;
-    let new = keyed_rows(table, new)?;
+    let old = read_rows(table, view, old)?;
+    let new = match table.def.is_keyed() {
+        true => keyed_rows(table, new)?,
+        false => {
+            let rows = encode_rows(table, new)?;
+            old.iter()
+                .zip(rows)
+                .map(|(old, row)| KeyedRow {
+                    key: old.key.clone(),
+                    row,
+                })
+                .collect()
+        }
+    };
     let changes = old
         .into_iter()
         .zip(new)
@@ -183,15 +206,43 @@ fn encode_rows(table: &Table, batches: &[RecordBatch]) -> Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-/// Rows with their keys. Tables without a primary key are keyed by their
-/// position, which the statement read along with the row; see `row_position`.
-fn keyed_rows(table: &Table, batches: &[RecordBatch]) -> Result<Vec<KeyedRow>> {
-    if !table.def.is_keyed() {
-        return Err(Error::NotSupported(format!(
-            "UPDATE and DELETE need a primary key; table \"{}\" has none",
-            table.def.name
-        )));
+/// Rows a statement read, with their keys: a keyed table's from the rows;
+/// a table without a primary key keys each row by its position, found by
+/// looking the row up in `view`. Equal rows are interchangeable there:
+/// a statement that matched one matched each of them alike.
+fn read_rows(table: &Table, view: &ReadView, batches: &[RecordBatch]) -> Result<Vec<KeyedRow>> {
+    if table.def.is_keyed() {
+        return keyed_rows(table, batches);
     }
+    let rows = encode_rows(table, batches)?;
+    let mut wanted: HashMap<&[u8], Vec<usize>> = HashMap::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        wanted.entry(row.as_slice()).or_default().push(i);
+    }
+    let mut keys: Vec<Option<Vec<u8>>> = vec![None; rows.len()];
+    let prefix = keys::table_prefix(table.def.id);
+    view.scan(
+        CF_ROWS,
+        prefix.clone(),
+        keys::prefix_end(&prefix),
+        |key, value| {
+            if let Some(index) = wanted.get_mut(value).and_then(Vec::pop) {
+                keys[index] = Some(key[prefix.len()..].to_vec());
+            }
+            Ok(true)
+        },
+    )?;
+    // A row gone since the statement read it is skipped, as a DELETE of a
+    // keyed row that is gone is.
+    Ok(rows
+        .into_iter()
+        .zip(keys)
+        .filter_map(|(row, key)| key.map(|key| KeyedRow { key, row }))
+        .collect())
+}
+
+/// Rows of a keyed table with their keys.
+fn keyed_rows(table: &Table, batches: &[RecordBatch]) -> Result<Vec<KeyedRow>> {
     let mut out = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
         let keys = table.codec.encode_keys(batch)?;

@@ -165,7 +165,8 @@ async fn delete(engine: &Arc<Engine>, state: SessionState, dml: &DmlStatement) -
     let rows = DataFrame::new(state, dml.input.as_ref().clone())
         .collect()
         .await?;
-    let count = write::delete_rows(&table, &engine.writer, &rows).await?;
+    let view = engine.store.read_view();
+    let count = write::delete_rows(&table, &engine.writer, &view, &rows).await?;
     Ok(Output::with_rows("DELETE", count))
 }
 
@@ -198,7 +199,8 @@ async fn update(engine: &Arc<Engine>, state: SessionState, dml: &DmlStatement) -
         .iter()
         .map(|b| b.project(&(width..2 * width).collect::<Vec<_>>()))
         .collect::<Result<_, _>>()?;
-    let count = write::update_rows(&table, &engine.writer, &old, &new).await?;
+    let view = engine.store.read_view();
+    let count = write::update_rows(&table, &engine.writer, &view, &old, &new).await?;
     Ok(Output::with_rows("UPDATE", count))
 }
 
