@@ -20,6 +20,7 @@ use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+use datafusion::physical_planner::create_window_expr;
 
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 
@@ -29,6 +30,7 @@ use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
 use crate::dataflow::operators::join::{Join, Side};
 use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
+use crate::dataflow::operators::over::{Evaluate, Over};
 use crate::dataflow::operators::{
     Aggregate, Filter, Materialize, Project, SessionAssign, Union, WindowAssign,
 };
@@ -240,8 +242,96 @@ impl<'a> Planner<'a> {
             LogicalPlan::Join(j) => self.join(j, plan),
             LogicalPlan::SubqueryAlias(a) => self.node(&a.input),
             LogicalPlan::TableScan(scan) => self.scan(scan),
+            LogicalPlan::Window(w) => self.over(w, plan),
+            // A view is a set: ORDER BY alone orders nothing.
+            LogicalPlan::Sort(sort) if sort.fetch.is_none() => self.node(&sort.input),
+            LogicalPlan::Sort(sort) => self.top_n(&sort.input, &sort.expr, 0, sort.fetch, plan),
+            LogicalPlan::Limit(limit) => self.limit(limit, plan),
             other => Err(unsupported(other)),
         }
+    }
+
+    /// Window functions: each partition's rows kept, its answer recomputed
+    /// when it changes.
+    fn over(&mut self, w: &datafusion::logical_expr::Window, plan: &LogicalPlan) -> Result<usize> {
+        let input = self.node(&w.input)?;
+        let schema = w.input.schema();
+        let exprs = w
+            .window_expr
+            .iter()
+            .map(|e| {
+                Ok(create_window_expr(
+                    e,
+                    schema,
+                    self.props,
+                    &PhysicalPlanningContext::default(),
+                )?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let partition = shared_partition(&w.window_expr)
+            .iter()
+            .map(|e| self.expr(e, schema))
+            .collect::<Result<Vec<_>>>()?;
+        let op = Over::new(
+            partition,
+            arrow_schema(&w.input),
+            arrow_schema(plan),
+            Evaluate::Window(exprs),
+        )?;
+        Ok(self.push(Box::new(op), vec![input]))
+    }
+
+    /// `LIMIT n [OFFSET m]`, ordered by the `ORDER BY` beneath it if any.
+    fn limit(
+        &mut self,
+        limit: &datafusion::logical_expr::Limit,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        use datafusion::logical_expr::{FetchType, SkipType};
+        let (SkipType::Literal(skip), FetchType::Literal(fetch)) =
+            (limit.get_skip_type()?, limit.get_fetch_type()?)
+        else {
+            return Err(Error::NotSupported(
+                "LIMIT and OFFSET in a materialized view take constants".into(),
+            ));
+        };
+        match limit.input.as_ref() {
+            LogicalPlan::Sort(sort) => self.top_n(&sort.input, &sort.expr, skip, fetch, plan),
+            other => self.top_n(other, &[], skip, fetch, plan),
+        }
+    }
+
+    fn top_n(
+        &mut self,
+        input_plan: &LogicalPlan,
+        order: &[datafusion::logical_expr::SortExpr],
+        skip: usize,
+        fetch: Option<usize>,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        let input = self.node(input_plan)?;
+        let schema = input_plan.schema();
+        let order = order
+            .iter()
+            .map(|s| {
+                let expr = self.expr(&s.expr, schema)?;
+                let options = datafusion::arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                };
+                Ok(datafusion::physical_expr::PhysicalSortExpr::new(
+                    expr, options,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let evaluate = Evaluate::TopN { order, skip, fetch };
+        let op = Over::new(
+            Vec::new(),
+            arrow_schema(input_plan),
+            arrow_schema(plan),
+            evaluate,
+        )?;
+        Ok(self.push(Box::new(op), vec![input]))
     }
 
     /// An inner equi-join: both sides' rows kept in state by join key.
@@ -687,6 +777,26 @@ impl<'a> Planner<'a> {
             arg_type: DataType::Null,
             accumulator: Some(Arc::new(aggregate)),
         })
+    }
+}
+
+/// The `PARTITION BY` every window expression shares; none when they
+/// differ, so that state is kept for the whole input as one partition.
+fn shared_partition(exprs: &[Expr]) -> Vec<Expr> {
+    let partitions: Vec<Option<&Vec<Expr>>> = exprs
+        .iter()
+        .map(|e| match e {
+            Expr::Alias(alias) => alias.expr.as_ref(),
+            other => other,
+        })
+        .map(|e| match e {
+            Expr::WindowFunction(f) => Some(&f.params.partition_by),
+            _ => None,
+        })
+        .collect();
+    match partitions.first() {
+        Some(Some(first)) if partitions.iter().all(|p| *p == Some(*first)) => (*first).clone(),
+        _ => Vec::new(),
     }
 }
 

@@ -5,6 +5,7 @@ pub mod filter;
 pub mod join;
 pub mod lookup;
 pub mod materialize;
+pub mod over;
 pub mod project;
 pub mod session;
 pub mod union;

@@ -1,0 +1,289 @@
+//! Window functions over partitions (`row_number() OVER (PARTITION BY a
+//! ORDER BY b)`, `lag`, `sum(x) OVER (...)`) and `ORDER BY ... LIMIT n`.
+//!
+//! A change to one row can move the answer for every row of its partition
+//! (a new first row renumbers the rest), so the operator keeps each
+//! partition's rows in state and, at a barrier, evaluates every partition
+//! the epoch touched twice: as it was and as it is. What differs goes
+//! downstream. DataFusion's window expressions do the evaluating, on the
+//! partition's rows sorted as the expression orders them.
+//!
+//! The cost of an epoch is the size of the partitions it touched: small
+//! partitions (a top-N per group) are cheap; a window over the whole input
+//! (no `PARTITION BY`, or a global `ORDER BY ... LIMIT`) evaluates all of
+//! it at each epoch that changes it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{SortColumn, lexsort_to_indices, take, take_record_batch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_plan::WindowExpr;
+
+use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::state::read_count;
+use crate::error::Result;
+
+/// What a partition's rows become.
+pub enum Evaluate {
+    /// The input's columns, then one column per window expression.
+    Window(Vec<Arc<dyn WindowExpr>>),
+    /// The rows ranked `skip + 1` to `skip + fetch` in `order`.
+    TopN {
+        order: Vec<PhysicalSortExpr>,
+        skip: usize,
+        fetch: Option<usize>,
+    },
+}
+
+pub struct Over {
+    partition: Vec<Arc<dyn PhysicalExpr>>,
+    keys: RowConverter,
+    rows: RowConverter,
+    output_rows: RowConverter,
+    input: SchemaRef,
+    output: SchemaRef,
+    evaluate: Evaluate,
+    /// This epoch's changes, per partition key, per encoded row.
+    pending: HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>,
+}
+
+impl Over {
+    pub fn new(
+        partition: Vec<Arc<dyn PhysicalExpr>>,
+        input: SchemaRef,
+        output: SchemaRef,
+        evaluate: Evaluate,
+    ) -> Result<Over> {
+        let key_fields = partition
+            .iter()
+            .map(|e| Ok(SortField::new(e.data_type(&input)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Over {
+            keys: RowConverter::new(key_fields)?,
+            rows: converter(&input)?,
+            output_rows: converter(&output)?,
+            partition,
+            input,
+            output,
+            evaluate,
+            pending: HashMap::new(),
+        })
+    }
+
+    /// A partition's rows in state: its key, length-prefixed so that no
+    /// partition's range holds another's.
+    fn partition_prefix(&self, cx: &Context<'_>, key: &[u8]) -> Vec<u8> {
+        let mut out = cx.key(&(key.len() as u32).to_be_bytes());
+        out.extend_from_slice(key);
+        out
+    }
+
+    fn settle(
+        &self,
+        key: &[u8],
+        changes: HashMap<Vec<u8>, i64>,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let prefix = self.partition_prefix(cx, key);
+        let upper = crate::state::keys::prefix_end(&prefix);
+        let mut old: Vec<(Vec<u8>, i64)> = Vec::new();
+        for (stored, value) in cx.state.scan(&prefix, &upper)? {
+            old.push((stored[prefix.len()..].to_vec(), read_count(&value)?));
+        }
+        let mut new: HashMap<Vec<u8>, i64> = old.iter().cloned().collect();
+        for (row, diff) in &changes {
+            *new.entry(row.clone()).or_insert(0) += diff;
+        }
+        for row in changes.into_keys() {
+            let count = new.get(&row).copied().unwrap_or(0);
+            let mut state_key = prefix.clone();
+            state_key.extend_from_slice(&row);
+            match count > 0 {
+                true => cx.state.put(state_key, count.to_le_bytes().to_vec()),
+                false => cx.state.delete(state_key),
+            }
+        }
+        let new: Vec<(Vec<u8>, i64)> = new.into_iter().filter(|(_, n)| *n > 0).collect();
+        let mut out: HashMap<Vec<u8>, i64> = HashMap::new();
+        for (rows, sign) in [(old, -1), (new, 1)] {
+            let result = self.compute(&rows)?;
+            let encoded = self.output_rows.convert_columns(result.columns())?;
+            for row in encoded.iter() {
+                *out.entry(row.as_ref().to_vec()).or_insert(0) += sign;
+            }
+        }
+        out.retain(|_, diff| *diff != 0);
+        self.emit(out, cx)
+    }
+
+    fn emit(&self, out: HashMap<Vec<u8>, i64>, cx: &mut Context<'_>) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        let parser = self.output_rows.parser();
+        let (rows, diffs): (Vec<_>, Vec<i64>) = out
+            .iter()
+            .map(|(row, diff)| (parser.parse(row), *diff))
+            .unzip();
+        let columns = self.output_rows.convert_rows(rows)?;
+        let batch = RecordBatch::try_new(self.output.clone(), columns)?;
+        cx.emit(ChangeBatch::new(batch, Int64Array::from(diffs))?);
+        Ok(())
+    }
+
+    /// A partition's output for its rows, each repeated as often as it occurs.
+    fn compute(&self, rows: &[(Vec<u8>, i64)]) -> Result<RecordBatch> {
+        let parser = self.rows.parser();
+        let mut repeated = Vec::new();
+        for (row, count) in rows {
+            for _ in 0..*count {
+                repeated.push(parser.parse(row));
+            }
+        }
+        let columns = self.rows.convert_rows(repeated)?;
+        let batch = RecordBatch::try_new(self.input.clone(), columns)?;
+        match &self.evaluate {
+            Evaluate::Window(exprs) => self.windows(exprs, batch),
+            Evaluate::TopN { order, skip, fetch } => top_n(order, *skip, *fetch, batch),
+        }
+    }
+
+    fn windows(&self, exprs: &[Arc<dyn WindowExpr>], batch: RecordBatch) -> Result<RecordBatch> {
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        for expr in exprs {
+            let order: Vec<PhysicalSortExpr> = expr
+                .partition_by()
+                .iter()
+                .map(|e| PhysicalSortExpr::new_default(e.clone()))
+                .chain(expr.order_by().iter().cloned())
+                .collect();
+            let Some(indices) = sort_indices(&order, &batch)? else {
+                columns.push(expr.evaluate(&batch)?);
+                continue;
+            };
+            let sorted = take_record_batch(&batch, &indices)?;
+            let values = expr.evaluate(&sorted)?;
+            columns.push(take(&values, &inverse(&indices), None)?);
+        }
+        Ok(RecordBatch::try_new(self.output.clone(), columns)?)
+    }
+}
+
+fn converter(schema: &SchemaRef) -> Result<RowConverter> {
+    let fields = schema
+        .fields()
+        .iter()
+        .map(|f| SortField::new(f.data_type().clone()))
+        .collect();
+    Ok(RowConverter::new(fields)?)
+}
+
+/// The order that sorts `batch` by `order`; `None` when there is no order.
+fn sort_indices(order: &[PhysicalSortExpr], batch: &RecordBatch) -> Result<Option<UInt32Array>> {
+    if order.is_empty() {
+        return Ok(None);
+    }
+    let columns = order
+        .iter()
+        .map(|e| e.evaluate_to_sort_column(batch))
+        .collect::<datafusion::error::Result<Vec<SortColumn>>>()?;
+    Ok(Some(lexsort_to_indices(&columns, None)?))
+}
+
+/// The permutation that undoes `indices`.
+fn inverse(indices: &UInt32Array) -> UInt32Array {
+    let mut out = vec![0u32; indices.len()];
+    for (at, from) in indices.values().iter().enumerate() {
+        out[*from as usize] = at as u32;
+    }
+    UInt32Array::from(out)
+}
+
+fn top_n(
+    order: &[PhysicalSortExpr],
+    skip: usize,
+    fetch: Option<usize>,
+    batch: RecordBatch,
+) -> Result<RecordBatch> {
+    let rows = batch.num_rows();
+    let end = fetch.map_or(rows, |f| skip.saturating_add(f).min(rows));
+    let start = skip.min(end);
+    let all: UInt32Array = match sort_indices(order, &batch)? {
+        Some(indices) => indices,
+        None => UInt32Array::from_iter_values(0..rows as u32),
+    };
+    let kept = all.slice(start, end - start);
+    Ok(take_record_batch(&batch, &kept)?)
+}
+
+impl Operator for Over {
+    fn name(&self) -> &'static str {
+        match self.evaluate {
+            Evaluate::Window(_) => "Over",
+            Evaluate::TopN { .. } => "TopN",
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.evaluate {
+            Evaluate::Window(exprs) => exprs
+                .iter()
+                .map(|e| e.name().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Evaluate::TopN { order, skip, fetch } => {
+                let order = LexOrdering::new(order.iter().cloned())
+                    .map_or_else(String::new, |o| o.to_string());
+                format!("order by {order}, skip {skip}, fetch {fetch:?}")
+            }
+        }
+    }
+
+    fn on_changes(
+        &mut self,
+        _input: usize,
+        batch: ChangeBatch,
+        _cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let rows = batch.rows();
+        let keys = self
+            .partition
+            .iter()
+            .map(|e| Ok(e.evaluate(rows)?.into_array(rows.num_rows())?))
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        // Without columns a row converter cannot tell how many rows it has.
+        let keys = (!keys.is_empty())
+            .then(|| self.keys.convert_columns(&keys))
+            .transpose()?;
+        let encoded = self.rows.convert_columns(rows.columns())?;
+        for (i, diff) in batch.diffs().values().iter().enumerate() {
+            let key = keys
+                .as_ref()
+                .map_or(Vec::new(), |k| k.row(i).as_ref().to_vec());
+            let partition = self.pending.entry(key).or_default();
+            *partition
+                .entry(encoded.row(i).as_ref().to_vec())
+                .or_insert(0) += diff;
+        }
+        Ok(())
+    }
+
+    fn on_barrier(
+        &mut self,
+        _barrier: crate::dataflow::change::Barrier,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        for (key, changes) in std::mem::take(&mut self.pending) {
+            if changes.values().all(|d| *d == 0) {
+                continue;
+            }
+            self.settle(&key, changes, cx)?;
+        }
+        Ok(())
+    }
+}
