@@ -163,6 +163,8 @@ class Node:
              f"127.0.0.1:{free_port()}", "--data-dir", os.path.join(self.dir.name, "data")],
             stdout=self.log, stderr=subprocess.STDOUT)
         self.conn = self.connect()
+        # One statement that never ends must not stop the run.
+        self.run("SET statement_timeout = '60s'")
 
     def connect(self) -> psycopg.Connection:
         deadline = time.time() + 60
@@ -227,6 +229,7 @@ class Tally:
     skipped: int = 0
     crashed: bool = False
     causes: collections.Counter = field(default_factory=collections.Counter)
+    failures: list = field(default_factory=list)
 
 
 def run_file(binary: str, path: str, timeout: float) -> Tally:
@@ -273,6 +276,7 @@ def check(node: Node, record: Record, tally: Tally, refused: set[str]) -> None:
         tally.statements_passed += passed
         if not passed:
             tally.causes["statement: " + (cause(error) if error else "succeeded, error expected")] += 1
+            tally.failures.append((record.where, record.sql, error or "succeeded"))
         return
     tally.queries += 1
     if record.expect_error:
@@ -282,6 +286,7 @@ def check(node: Node, record: Record, tally: Tally, refused: set[str]) -> None:
     tally.queries_passed += passed
     if passed:
         return
+    tally.failures.append((record.where, record.sql, error or f"wrong rows: {sorted_rows(rows, record.sort)[:5]}"))
     if error is None:
         tally.causes["query: wrong rows"] += 1
     elif any(re.search(rf"\b{re.escape(name)}\b", record.sql, re.I) for name in refused):
@@ -307,6 +312,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=300, help="seconds per file")
     parser.add_argument("--json")
     parser.add_argument("--causes", type=int, default=30)
+    parser.add_argument("--failures", help="write every failing record here")
     args = parser.parse_args()
     root = os.path.join(args.rw, "e2e_test", "streaming")
     files = sorted(glob.glob(os.path.join(root, "**", "*.slt"), recursive=True))
@@ -334,10 +340,16 @@ def main() -> int:
     print("top causes:")
     for text_, n in total.causes.most_common(args.causes):
         print(f"  {n:5d}  {text_}")
+    if args.failures:
+        with open(args.failures, "w") as f:
+            for tally in per_file.values():
+                for where, sql, error in tally.failures:
+                    f.write(f"--- {where}\n{sql}\n=> {error}\n")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({name: {k: (dict(v) if isinstance(v, collections.Counter) else v)
-                              for k, v in vars(t).items()} for name, t in per_file.items()}, f, indent=1)
+                              for k, v in vars(t).items() if k != "failures"}
+                       for name, t in per_file.items()}, f, indent=1)
     return 0
 
 

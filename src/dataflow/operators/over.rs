@@ -138,6 +138,10 @@ impl Over {
 
     /// A partition's output for its rows, each repeated as often as it occurs.
     fn compute(&self, rows: &[(Vec<u8>, i64)]) -> Result<RecordBatch> {
+        // DataFusion's window expressions fail on no rows; no rows answer nothing.
+        if rows.is_empty() {
+            return Ok(RecordBatch::new_empty(self.output.clone()));
+        }
         let parser = self.rows.parser();
         let mut repeated = Vec::new();
         for (row, count) in rows {
