@@ -251,6 +251,99 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// `IN`/`EXISTS` (semi) and `NOT EXISTS` (anti) joins, built from the
+    /// operators there are: the kept side joined with the distinct keys of
+    /// the other, so that each kept row goes out once whatever number of
+    /// rows match it; for an anti join, a left join whose unmatched rows
+    /// are the answer.
+    fn semi_join(
+        &mut self,
+        j: &datafusion::logical_expr::Join,
+        kept: &LogicalPlan,
+        other: &LogicalPlan,
+        pick: fn(&(Expr, Expr)) -> (&Expr, &Expr),
+        anti: bool,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        if j.null_aware {
+            return Err(Error::NotSupported(
+                "NOT IN (subquery) over a column that may be NULL is not supported in materialized views yet; write NOT EXISTS, or add IS NOT NULL on both sides".into(),
+            ));
+        }
+        if j.filter.is_some() || j.on.is_empty() {
+            return Err(Error::NotSupported(
+                "IN and EXISTS subqueries in a materialized view need equalities only between the query and the subquery, like WHERE a.k IN (SELECT k FROM b)".into(),
+            ));
+        }
+        let kept_keys =
+            j.on.iter()
+                .map(|pair| self.expr(pick(pair).0, kept.schema()))
+                .collect::<Result<Vec<_>>>()?;
+        let other_keys =
+            j.on.iter()
+                .map(|pair| self.expr(pick(pair).1, other.schema()))
+                .collect::<Result<Vec<_>>>()?;
+        let key_fields =
+            j.on.iter()
+                .enumerate()
+                .map(|(i, pair)| {
+                    let data_type = pick(pair).1.get_type(other.schema())?;
+                    Ok(datafusion::arrow::datatypes::Field::new(
+                        format!("k{i}"),
+                        data_type,
+                        true,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+        let key_types = key_fields.iter().map(|f| f.data_type().clone()).collect();
+        let keys_schema: SchemaRef =
+            Arc::new(datafusion::arrow::datatypes::Schema::new(key_fields));
+        let kept_node = self.node(kept)?;
+        let other_node = self.node(other)?;
+        let distinct = Aggregate::new(other_keys, key_types, Vec::new(), keys_schema.clone())?;
+        let distinct = self.push(Box::new(distinct), vec![other_node]);
+        let kept_schema = arrow_schema(kept);
+        let width = kept_schema.fields().len();
+        let joined_fields: Vec<_> = kept_schema
+            .fields()
+            .iter()
+            .chain(keys_schema.fields().iter())
+            .cloned()
+            .collect();
+        let joined = Arc::new(datafusion::arrow::datatypes::Schema::new(joined_fields));
+        let matches: Vec<Arc<dyn PhysicalExpr>> = (0..j.on.len())
+            .map(|i| Arc::new(PhysicalColumn::new(&format!("k{i}"), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        let left = Side {
+            keys: kept_keys,
+            schema: kept_schema.clone(),
+        };
+        let right = Side {
+            keys: matches,
+            schema: keys_schema,
+        };
+        let op = Join::new(left, right, None, joined)?
+            .outer(anti, false)
+            .appending(self.is_append_only(kept), false);
+        let mut node = self.push(Box::new(op), vec![kept_node, distinct]);
+        if anti {
+            let unmatched = datafusion::physical_expr::expressions::is_null(Arc::new(
+                PhysicalColumn::new("k0", width),
+            ))?;
+            node = self.push(Box::new(Filter::new(unmatched)), vec![node]);
+        }
+        let columns = kept_schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Arc::new(PhysicalColumn::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        Ok(self.push(
+            Box::new(Project::new(columns, arrow_schema(plan))),
+            vec![node],
+        ))
+    }
+
     /// Window functions: each partition's rows kept, its answer recomputed
     /// when it changes.
     fn over(&mut self, w: &datafusion::logical_expr::Window, plan: &LogicalPlan) -> Result<usize> {
@@ -343,6 +436,14 @@ impl<'a> Planner<'a> {
             JoinType::Left => (true, false),
             JoinType::Right => (false, true),
             JoinType::Full => (true, true),
+            JoinType::LeftSemi | JoinType::LeftAnti => {
+                let anti = j.join_type == JoinType::LeftAnti;
+                return self.semi_join(j, &j.left, &j.right, |pair| (&pair.0, &pair.1), anti, plan);
+            }
+            JoinType::RightSemi | JoinType::RightAnti => {
+                let anti = j.join_type == JoinType::RightAnti;
+                return self.semi_join(j, &j.right, &j.left, |pair| (&pair.1, &pair.0), anti, plan);
+            }
             other => {
                 return Err(Error::NotSupported(format!(
                     "{other} joins are not supported in materialized views yet; inner, left, right and full joins are"
