@@ -259,6 +259,8 @@ def run_file(binary: str, path: str, timeout: float) -> Tally:
 
 
 def check(node: Node, record: Record, tally: Tally, refused: set[str]) -> None:
+    if os.environ.get("PEER_TRACE"):
+        print(f"  running {record.where}", file=sys.stderr, flush=True)
     error, rows, count = node.run(record.sql)
     view = CREATE_MV.match(record.sql)
     if record.kind == "statement":

@@ -36,7 +36,46 @@ pub async fn plan(
         .statement_to_plan(DfStatement::Statement(Box::new(ast)))
         .await?;
     let plan = crate::sql::window::session_keys(plan)?;
+    let plan = narrow_decimals(plan)?;
     Ok((state, plan, names))
+}
+
+/// The most decimal places a result column carries: the numeric encoder
+/// (rust_decimal) holds 28, and a wider value, such as DataFusion's
+/// scale-30 product of a scale-20 and a scale-10 decimal, hung it.
+const MAX_DECIMAL_SCALE: i8 = 28;
+
+/// A query whose result has decimals wider than [`MAX_DECIMAL_SCALE`]
+/// rounds them to it, as RisingWave's decimals do.
+fn narrow_decimals(plan: LogicalPlan) -> Result<LogicalPlan> {
+    if matches!(
+        plan,
+        LogicalPlan::Dml(_)
+            | LogicalPlan::Ddl(_)
+            | LogicalPlan::Statement(_)
+            | LogicalPlan::Copy(_)
+    ) {
+        return Ok(plan);
+    }
+    let wide = |t: &DataType| matches!(t, DataType::Decimal128(_, s) | DataType::Decimal256(_, s) if *s > MAX_DECIMAL_SCALE);
+    let schema = plan.schema().clone();
+    if !schema.fields().iter().any(|f| wide(f.data_type())) {
+        return Ok(plan);
+    }
+    let exprs = schema
+        .iter()
+        .map(|(qualifier, field)| {
+            let column = Expr::Column(Column::from((qualifier, field)));
+            match wide(field.data_type()) {
+                true => {
+                    let narrow = DataType::Decimal128(38, MAX_DECIMAL_SCALE);
+                    datafusion::logical_expr::cast(column, narrow).alias(field.name())
+                }
+                false => column,
+            }
+        })
+        .collect::<Vec<_>>();
+    Ok(LogicalPlanBuilder::from(plan).project(exprs)?.build()?)
 }
 
 pub async fn run(
