@@ -40,6 +40,8 @@ const CONSTANT: &[(&str, Constant)] = &[
     ("pg_get_function_result", Constant::Text("")),
     ("pg_get_function_arguments", Constant::Text("")),
     ("pg_get_function_identity_arguments", Constant::Text("")),
+    // weir has no sequences: no column takes its default from one.
+    ("pg_get_serial_sequence", Constant::NoText),
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +49,8 @@ enum Constant {
     True,
     Zero,
     Text(&'static str),
+    /// NULL, as text.
+    NoText,
     /// PostgreSQL's number of UTF8.
     Encoding,
 }
@@ -57,6 +61,7 @@ impl Constant {
             Constant::True => ScalarValue::Boolean(Some(true)),
             Constant::Zero => ScalarValue::Int64(Some(0)),
             Constant::Text(text) => ScalarValue::Utf8(Some(text.to_string())),
+            Constant::NoText => ScalarValue::Utf8(None),
             Constant::Encoding => ScalarValue::Int32(Some(6)),
         }
     }
@@ -83,7 +88,22 @@ pub fn register(ctx: &SessionContext, catalog: &Arc<Catalog>) {
     ));
     ctx.register_udf(ScalarUDF::new_from_impl(CurrentSetting::new()));
     ctx.register_udf(ScalarUDF::new_from_impl(Format::new()));
+    ctx.register_udf(ScalarUDF::new_from_impl(JsonObject::new()));
     ctx.register_udf(ScalarUDF::new_from_impl(ViewDef::new(catalog.clone())));
+    for (name, define) in [
+        ("pg_get_indexdef", super::keys::index_definition as Define),
+        (
+            "pg_get_constraintdef",
+            super::keys::constraint_definition as Define,
+        ),
+    ] {
+        ctx.register_udf(ScalarUDF::new_from_impl(ByOid {
+            name,
+            define,
+            catalog: catalog.clone(),
+            signature: Signature::variadic_any(Volatility::Stable),
+        }));
+    }
 }
 
 /// `pg_get_userbyid(oid)`: `pg_database_owner` (owner of `public`) or
@@ -233,6 +253,7 @@ fn default_setting(name: &str) -> Option<&'static str> {
         "intervalstyle" => "postgres",
         "transaction_isolation" | "default_transaction_isolation" => "read committed",
         "max_identifier_length" => "63",
+        "default_table_access_method" => "heap",
         "lc_collate" | "lc_ctype" => "C.UTF-8",
         _ => return None,
     })
@@ -377,6 +398,121 @@ impl ScalarUDFImpl for Format {
             out.push(Some(format_one(pattern, &rest)?));
         }
         Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    }
+}
+
+/// `json_build_object(key, value, ...)`: a JSON object as text, values
+/// as JSON strings, numbers, booleans or null.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonObject {
+    signature: Signature,
+}
+
+impl JsonObject {
+    fn new() -> Self {
+        JsonObject {
+            signature: Signature::variadic_any(Volatility::Stable),
+        }
+    }
+}
+
+impl ScalarUDFImpl for JsonObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let mut out = Vec::with_capacity(args.number_rows);
+        for row in 0..args.number_rows {
+            let mut object = serde_json::Map::new();
+            for pair in arrays.chunks(2) {
+                let [key, value] = pair else {
+                    return Err(DataFusionError::Execution(
+                        "json_build_object needs an even number of arguments".into(),
+                    ));
+                };
+                let key = ScalarValue::try_from_array(key, row)?.to_string();
+                object.insert(key, json_value(&ScalarValue::try_from_array(value, row)?));
+            }
+            out.push(serde_json::Value::Object(object).to_string());
+        }
+        Ok(ColumnarValue::Array(Arc::new(StringArray::from(out))))
+    }
+}
+
+fn json_value(value: &ScalarValue) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        v if v.is_null() => Value::Null,
+        ScalarValue::Boolean(Some(b)) => Value::Bool(*b),
+        ScalarValue::Int16(Some(n)) => Value::from(*n),
+        ScalarValue::Int32(Some(n)) => Value::from(*n),
+        ScalarValue::Int64(Some(n)) => Value::from(*n),
+        ScalarValue::Float64(Some(n)) => Value::from(*n),
+        other => Value::String(other.to_string()),
+    }
+}
+
+type Define = fn(&Catalog, i32) -> Option<String>;
+
+/// A definition found from an object's oid (`pg_get_indexdef`,
+/// `pg_get_constraintdef`); NULL for oids weir did not give out.
+#[derive(Debug)]
+struct ByOid {
+    name: &'static str,
+    define: Define,
+    catalog: Arc<Catalog>,
+    signature: Signature,
+}
+
+impl PartialEq for ByOid {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && Arc::ptr_eq(&self.catalog, &other.catalog)
+    }
+}
+
+impl Eq for ByOid {}
+
+impl std::hash::Hash for ByOid {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for ByOid {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let first = arrays
+            .first()
+            .ok_or_else(|| DataFusionError::Plan(format!("{} needs an oid", self.name)))?;
+        let oids = datafusion::arrow::compute::cast(first, &DataType::Int32)?;
+        let oids = oids.as_primitive::<datafusion::arrow::datatypes::Int32Type>();
+        let out: StringArray = oids
+            .iter()
+            .map(|oid| oid.and_then(|oid| (self.define)(&self.catalog, oid)))
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out)))
     }
 }
 

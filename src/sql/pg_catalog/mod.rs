@@ -16,6 +16,7 @@
 
 mod functions;
 pub mod information_schema;
+mod keys;
 mod rewrite;
 mod tables;
 

@@ -29,7 +29,7 @@ pub fn rewrite(statement: &mut Statement) {
 }
 
 /// The oids of the catalog tables whose rows carry comments.
-fn catalog_oid(table: &str) -> Option<i32> {
+pub fn catalog_oid(table: &str) -> Option<i32> {
     Some(match table {
         "pg_class" => PG_CLASS_OID,
         "pg_proc" => 1255,
@@ -152,7 +152,16 @@ impl VisitorMut for Functions {
 
 fn rewrite_call(expr: &Expr) -> Option<Expr> {
     if let Expr::Subquery(query) = expr {
+        if let Some(oid) = catalog_regclass(query) {
+            return Some(Expr::value(Value::Number(oid.to_string(), false)));
+        }
+        if reads_only_empty(query) {
+            return parse_expr("NULL");
+        }
         return aggregated(query).map(Expr::Subquery);
+    }
+    if let Some(guarded) = guarded_subquery(expr) {
+        return Some(guarded);
     }
     if let Expr::BinaryOp { left, op, right } = expr {
         return oid_array_literal(right)
@@ -183,6 +192,11 @@ fn rewrite_call(expr: &Expr) -> Option<Expr> {
         ))
     };
     match (name.as_str(), args.as_slice()) {
+        // The subscripts of an array, as a list DataFusion unnests beside
+        // the array itself (SQLAlchemy's key reflection).
+        ("generate_subscripts", [array, _dimension]) => parse_expr(&format!(
+            "unnest(generate_series(1, CAST(coalesce(cardinality({array}), 0) AS BIGINT)))"
+        )),
         ("obj_description", [object, catalog]) => description(
             "pg_description",
             format!(
@@ -217,6 +231,59 @@ fn rewrite_call(expr: &Expr) -> Option<Expr> {
         }
         _ => None,
     }
+}
+
+/// `CASE WHEN c THEN (SELECT ... FROM pg_...) END`: DataFusion does not
+/// decorrelate a subquery under CASE, so the subquery becomes an argument,
+/// which it does: `array_element(make_array(S), CAST(coalesce(c, false)
+/// AS INT))`, element 0 being NULL (no CASE: `c` may hold a subquery too). SQLAlchemy's column reflection sends these.
+fn guarded_subquery(expr: &Expr) -> Option<Expr> {
+    let Expr::Case {
+        operand: None,
+        conditions,
+        else_result,
+        ..
+    } = expr
+    else {
+        return None;
+    };
+    let [when] = conditions.as_slice() else {
+        return None;
+    };
+    let Expr::Subquery(query) = &when.result else {
+        return None;
+    };
+    let null_else = match else_result.as_deref() {
+        None => true,
+        Some(Expr::Value(v)) => matches!(v.value, Value::Null),
+        _ => false,
+    };
+    let SetExpr::Select(select) = query.body.as_ref() else {
+        return None;
+    };
+    let catalog = select.from.iter().all(|from| {
+        std::iter::once(&from.relation)
+            .chain(from.joins.iter().map(|j| &j.relation))
+            .all(is_catalog_table)
+    });
+    if !null_else || !catalog || select.from.is_empty() {
+        return None;
+    }
+    parse_expr(&format!(
+        "array_element(make_array({}), CAST(coalesce({}, false) AS INT))",
+        when.result, when.condition
+    ))
+}
+
+/// `'pg_catalog.pg_class'::regclass`, which the crate turns into a lookup
+/// of `parse_ident('pg_catalog.pg_class')` in `pg_class`: a system catalog
+/// is PostgreSQL's fixed oid, the `classoid` of `pg_description` rows.
+fn catalog_regclass(query: &Query) -> Option<i32> {
+    let text = query.to_string();
+    let start = text.find("parse_ident('")? + "parse_ident('".len();
+    let name = &text[start..start + text[start..].find('\'')?];
+    let table = name.strip_prefix("pg_catalog.").unwrap_or(name);
+    catalog_oid(table)
 }
 
 /// `pg_policy.polroles`, an `oid[]` psql compares with `'{0}'` (public).
@@ -352,11 +419,13 @@ fn is_aggregate(expr: &Expr) -> bool {
     }
 }
 
-/// Catalogs weir keeps empty: it has no row security policies. psql's
-/// `\dp` nests a correlated subquery inside its array of policies, which
-/// DataFusion cannot plan; over an empty table the array is empty anyway.
+/// Catalogs weir keeps empty: it has no row security policies, column
+/// defaults or sequences. psql's `\dp` nests a correlated subquery inside
+/// its array of policies, SQLAlchemy reads defaults and identities through
+/// correlated subqueries DataFusion cannot plan; over an empty table an
+/// array is empty and a scalar subquery NULL anyway.
 fn reads_only_empty(query: &Query) -> bool {
-    const EMPTY: &[&str] = &["pg_policy"];
+    const EMPTY: &[&str] = &["pg_policy", "pg_attrdef", "pg_sequence"];
     let SetExpr::Select(select) = query.body.as_ref() else {
         return false;
     };

@@ -20,7 +20,7 @@ use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role};
 
-use super::{PG_CLASS_OID, ROLE, ROLE_OID};
+use super::{PG_CLASS_OID, ROLE, ROLE_OID, keys};
 use crate::catalog::{Catalog, Emit, Object};
 
 /// The roles the crate's own tables see: `weir`, a superuser.
@@ -103,6 +103,25 @@ impl SchemaProvider for Overlay {
                 self.computed(Kind::Attribute, schema)
             }
             "pg_description" => self.computed(Kind::Description, crate_schema(name).await?),
+            "pg_index" => {
+                let mut schema = crate_schema(name).await?;
+                for column in keys::VECTORS {
+                    let data_type = match column {
+                        "indclass" | "indcollation" => keys::oid_list_type(),
+                        _ => keys::int2_list_type(),
+                    };
+                    schema = replace_field(&schema, Field::new(column, data_type, false));
+                }
+                self.computed(Kind::Index, schema)
+            }
+            "pg_constraint" => {
+                let mut schema = crate_schema(name).await?;
+                for column in ["conkey", "confkey"] {
+                    schema =
+                        replace_field(&schema, Field::new(column, keys::int2_list_type(), true));
+                }
+                self.computed(Kind::Constraint, schema)
+            }
             "pg_settings" => {
                 let schema = with_fields(
                     &crate_schema(name).await?,
@@ -180,6 +199,8 @@ fn empty(schema: SchemaRef) -> RecordBatch {
 #[derive(Debug, Clone)]
 enum Kind {
     Class,
+    Index,
+    Constraint,
     Attribute,
     Description,
     Settings,
@@ -238,6 +259,8 @@ impl TableProvider for Computed {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let batch = match &self.kind {
             Kind::Class => self.class(state).await?,
+            Kind::Index => self.index(state).await?,
+            Kind::Constraint => self.constraint(state).await?,
             Kind::Attribute => self.attribute(state).await?,
             Kind::Description => self.description(state).await?,
             Kind::Settings => self.settings(state).await?,
@@ -322,8 +345,83 @@ impl Computed {
         let acl = self.schema.field(columns.len()).data_type();
         columns.push(new_null_array(acl, class.num_rows()));
         columns.push(Arc::new(text_lists(options)));
+        columns[at("oid")?] = Arc::new(self.fixed_oids(state, &class).await?);
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let batch = self.with_key_indexes(batch, &relations)?;
         self.without_information_schema(state, batch).await
+    }
+
+    /// The crate's oids, with PostgreSQL's fixed ones for the system
+    /// catalogs (`pg_class` is 1259), which `pg_description`, `pg_depend`
+    /// and `'pg_class'::regclass` use.
+    async fn fixed_oids(&self, state: &dyn Session, class: &RecordBatch) -> DfResult<Int32Array> {
+        let namespaces = self.crate_rows(state, "pg_namespace").await?;
+        let system = namespace_oid(&namespaces, "pg_catalog")?;
+        let names = strings(class, "relname")?;
+        let spaces = ints(class, "relnamespace")?;
+        let oids = ints(class, "oid")?;
+        Ok((0..class.num_rows())
+            .map(|i| {
+                let fixed = (spaces.is_valid(i) && Some(spaces.value(i)) == system)
+                    .then(|| super::rewrite::catalog_oid(names.value(i)))
+                    .flatten();
+                fixed.or_else(|| oids.is_valid(i).then(|| oids.value(i)))
+            })
+            .collect())
+    }
+
+    /// Keyed tables have an index (`relhasindex`, which psql checks before
+    /// it looks for one), listed as a relation of its own.
+    fn with_key_indexes(
+        &self,
+        class: RecordBatch,
+        relations: &HashMap<i32, Object>,
+    ) -> DfResult<RecordBatch> {
+        let oids = ints(&class, "oid")?;
+        let mut rows = Vec::new();
+        let mut keyed = Vec::new();
+        for i in 0..class.num_rows() {
+            if let Some(k) = relations
+                .get(&oids.value(i))
+                .and_then(|o| keys::keyed(o, oids.value(i)))
+            {
+                rows.push(i as u32);
+                keyed.push(k);
+            }
+        }
+        let has_index: BooleanArray = (0..class.num_rows())
+            .map(|i| Some(rows.contains(&(i as u32))))
+            .collect();
+        let mut columns = class.columns().to_vec();
+        columns[class.schema().index_of("relhasindex")?] = Arc::new(has_index);
+        let class = RecordBatch::try_new(class.schema(), columns)?;
+        let indexes = keys::class_rows(&class, &rows, &keyed)?;
+        Ok(concat_batches(&class.schema(), &[class, indexes])?)
+    }
+
+    /// The keyed tables, by the oids the crate gave them.
+    async fn keyed(&self, state: &dyn Session) -> DfResult<Vec<keys::Keyed>> {
+        let class = self.crate_rows(state, "pg_class").await?;
+        let mut keyed: Vec<keys::Keyed> = self
+            .relations(state, &class)
+            .await?
+            .iter()
+            .filter_map(|(oid, object)| keys::keyed(object, *oid))
+            .collect();
+        keyed.sort_by_key(|k| k.id);
+        Ok(keyed)
+    }
+
+    async fn index(&self, state: &dyn Session) -> DfResult<RecordBatch> {
+        let rows = self.crate_rows(state, "pg_index").await?;
+        keys::index(&rows, &self.schema, &self.keyed(state).await?)
+    }
+
+    async fn constraint(&self, state: &dyn Session) -> DfResult<RecordBatch> {
+        let rows = self.crate_rows(state, "pg_constraint").await?;
+        let namespaces = self.crate_rows(state, "pg_namespace").await?;
+        let public = namespace_oid(&namespaces, "public")?.unwrap_or(0);
+        keys::constraint(&rows, &self.schema, &self.keyed(state).await?, public)
     }
 
     /// `information_schema`'s views are not on the search path, so psql
@@ -381,6 +479,19 @@ impl Computed {
         let mut columns = attribute.columns().to_vec();
         let at = |name: &str| attribute.schema().index_of(name);
         columns[at("atttypid")?] = Arc::new(corrected);
+        let fixed = self.fixed_oids(state, &class).await?;
+        let crate_oids = ints(&class, "oid")?;
+        let remap: HashMap<i32, i32> = crate_oids
+            .iter()
+            .zip(fixed.iter())
+            .filter_map(|(from, to)| Some((from?, to?)))
+            .filter(|(from, to)| from != to)
+            .collect();
+        let relids: Int32Array = relids
+            .iter()
+            .map(|r| r.map(|r| remap.get(&r).copied().unwrap_or(r)))
+            .collect();
+        columns[at("attrelid")?] = Arc::new(relids);
         columns[at("attnotnull")?] = Arc::new(not_null);
         let acl = at("attacl")?;
         columns[acl] = new_null_array(self.schema.field(acl).data_type(), attribute.num_rows());
