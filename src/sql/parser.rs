@@ -274,7 +274,10 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
     let rewritten = rewrite_windows(tokens.to_vec());
     let tokens = rewritten.as_slice();
     // The compatibility parser rewrites the catalog queries psql and GUI clients send.
-    let text = text_of(tokens);
+    let mut text = text_of(tokens);
+    if let Some(replaced) = crate::sql::pg_catalog::replace_client_sql(&text) {
+        text = replaced;
+    }
     let mut statements = compat().parse(&text).map_err(|e| {
         // Re-parse for an error that carries the position.
         match sqlparser_one(tokens.to_vec()) {

@@ -160,6 +160,9 @@ fn rewrite_call(expr: &Expr) -> Option<Expr> {
         }
         return aggregated(query).map(Expr::Subquery);
     }
+    if let Some(named) = type_name(expr) {
+        return Some(named);
+    }
     if let Some(guarded) = guarded_subquery(expr) {
         return Some(guarded);
     }
@@ -284,6 +287,36 @@ fn catalog_regclass(query: &Query) -> Option<i32> {
     let name = &text[start..start + text[start..].find('\'')?];
     let table = name.strip_prefix("pg_catalog.").unwrap_or(name);
     catalog_oid(table)
+}
+
+/// `t::regtype::text`, a type's name (pgcli's function return types), as
+/// `format_type(t, NULL)`: the crate keeps the cast a number on the wire.
+fn type_name(expr: &Expr) -> Option<Expr> {
+    let Expr::Cast {
+        expr: inner,
+        data_type,
+        ..
+    } = expr
+    else {
+        return None;
+    };
+    let is = |t: &sqlparser::ast::DataType, name: &str| {
+        t.to_string()
+            .to_ascii_lowercase()
+            .trim_start_matches("pg_catalog.")
+            == name
+    };
+    let Expr::Cast {
+        expr: typed,
+        data_type: regtype,
+        ..
+    } = inner.as_ref()
+    else {
+        return None;
+    };
+    (is(data_type, "text") && is(regtype, "regtype"))
+        .then(|| parse_expr(&format!("format_type({typed}, NULL)")))
+        .flatten()
 }
 
 /// `pg_policy.polroles`, an `oid[]` psql compares with `'{0}'` (public).

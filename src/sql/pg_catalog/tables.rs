@@ -205,8 +205,8 @@ enum Kind {
     Description,
     Settings,
     Collation,
-    /// A crate table with array columns it types as text, which hold no
-    /// values in weir (ACLs, event trigger tags, policy roles).
+    /// A crate table with array columns it types as text (ACLs, event
+    /// trigger tags, policy roles, function argument types).
     Retyped(String),
 }
 
@@ -227,6 +227,12 @@ fn retyped(table: &str) -> Option<&'static [(&'static str, TypeFn)]> {
         "pg_event_trigger" => &[("evttags", text_list as TypeFn)],
         "pg_policy" => &[("polroles", oid_list as TypeFn)],
         "pg_statistic_ext" => &[("stxkind", text_list as TypeFn)],
+        "pg_proc" => &[
+            ("proargtypes", oid_list as TypeFn),
+            ("proallargtypes", oid_list as TypeFn),
+            ("proargmodes", text_list as TypeFn),
+            ("proargnames", text_list as TypeFn),
+        ],
         _ => return None,
     })
 }
@@ -247,7 +253,11 @@ impl TableProvider for Computed {
     }
 
     fn table_type(&self) -> TableType {
-        TableType::View
+        // System catalogs are tables (relkind 'r'); pg_settings is a view.
+        match self.kind {
+            Kind::Settings => TableType::View,
+            _ => TableType::Base,
+        }
     }
 
     async fn scan(
@@ -559,13 +569,16 @@ impl Computed {
             .fields()
             .iter()
             .zip(rows.columns())
-            .map(
-                |(field, column)| match field.data_type() == column.data_type() {
-                    true => column.clone(),
-                    false => new_null_array(field.data_type(), rows.num_rows()),
-                },
-            )
-            .collect();
+            .map(|(field, column)| {
+                if field.data_type() == column.data_type() {
+                    return Ok(column.clone());
+                }
+                match column.as_string_opt::<i32>() {
+                    Some(text) => parse_lists(text, field.data_type()),
+                    None => Ok(new_null_array(field.data_type(), rows.num_rows())),
+                }
+            })
+            .collect::<DfResult<_>>()?;
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
 
@@ -580,6 +593,26 @@ impl Computed {
         );
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
     }
+}
+
+/// The crate's text spelling of an array (`[2276]`, `2276 25`, `['v']`,
+/// `{a,b}`) as a list of the column's element type.
+fn parse_lists(text: &StringArray, data_type: &DataType) -> DfResult<ArrayRef> {
+    let lists: Vec<Option<Vec<String>>> = text
+        .iter()
+        .map(|value| {
+            value.map(|v| {
+                v.trim_matches(|c| matches!(c, '[' | ']' | '{' | '}'))
+                    .split([',', ' '])
+                    .map(|item| item.trim().trim_matches(|c| c == '\'' || c == '"'))
+                    .filter(|item| !item.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            })
+        })
+        .collect();
+    let as_text: ArrayRef = Arc::new(text_lists(lists));
+    Ok(datafusion::arrow::compute::cast(&as_text, data_type)?)
 }
 
 /// `public` belongs to `pg_database_owner`, the others to `weir`.
