@@ -15,17 +15,17 @@ use std::ops::ControlFlow;
 
 use sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectNamePart, OrderByKind,
-    Query, SelectItem, SetExpr, Statement, TableFactor, Value, VisitMut, VisitorMut,
+    Query, SelectItem, SetExpr, TableFactor, Value, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 
 use super::PG_CLASS_OID;
 
-/// Rewrite a statement in place.
-pub fn rewrite(statement: &mut Statement) {
-    let _ = statement.visit(&mut TableOids);
-    let _ = statement.visit(&mut Functions);
+/// Rewrite a statement or query in place.
+pub fn rewrite<T: VisitMut>(node: &mut T) {
+    let _ = node.visit(&mut TableOids);
+    let _ = node.visit(&mut Functions);
 }
 
 /// The oids of the catalog tables whose rows carry comments.
