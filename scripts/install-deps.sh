@@ -5,6 +5,8 @@ set -euo pipefail
 missing=()
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
+# psql: tests/psql.rs runs its meta-commands against weir.
+command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
 
 if ((${#missing[@]})); then
   echo "installing: ${missing[*]}" >&2
@@ -18,4 +20,15 @@ fi
 if ! python3 -c "import psycopg" >/dev/null 2>&1; then
   echo "installing: psycopg (pip)" >&2
   python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]"
+fi
+
+# The catalog clients tests/catalog_clients.rs runs: SQLAlchemy 2 with
+# psycopg2, and pgcli (its completion queries).
+if ! python3 -c "import sqlalchemy, psycopg2" >/dev/null 2>&1; then
+  echo "installing: sqlalchemy, psycopg2-binary (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "sqlalchemy>=2" psycopg2-binary
+fi
+if ! python3 -c "import pgcli.pgexecute" >/dev/null 2>&1; then
+  echo "installing: pgcli (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check pgcli
 fi

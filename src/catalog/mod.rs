@@ -3,6 +3,7 @@
 //! Definitions are persisted as JSON in the `catalog` column family, written
 //! synchronously before a DDL statement returns, and loaded at startup.
 
+mod comment;
 mod connector;
 mod table;
 
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
+pub use comment::CommentKey;
 pub use connector::{CONNECTORS, ConnectorDef, Include, Metadata, SinkDef};
 pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr};
 
@@ -276,6 +278,7 @@ impl std::fmt::Debug for Catalog {
 struct Inner {
     by_name: BTreeMap<String, Object>,
     subscriptions: BTreeMap<String, SubscriptionDef>,
+    comments: BTreeMap<CommentKey, String>,
     sinks: BTreeMap<String, SinkDef>,
     next_id: u64,
 }
@@ -342,6 +345,7 @@ impl Catalog {
                 .map_err(|e| Error::Internal(format!("unreadable sink entry: {e}")))?;
             inner.sinks.insert(def.name.clone(), def);
         }
+        inner.comments = comment::load(&db)?;
         Ok(Catalog {
             db,
             unapplied: store.unapplied().clone(),
@@ -598,15 +602,51 @@ impl Catalog {
             let prefix = keys::table_prefix(sink.id);
             batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &keys::prefix_end(&prefix));
         }
+        let comments: Vec<CommentKey> = inner
+            .comments
+            .keys()
+            .filter(|(id, _)| ids.contains(id))
+            .copied()
+            .collect();
+        for on in &comments {
+            batch.delete_cf(cf(&self.db, CF_CATALOG), comment::key(*on));
+        }
         self.db.write_opt(batch, &sync_write())?;
         for object in objects {
             inner.by_name.remove(&object_name(object));
+        }
+        for on in comments {
+            inner.comments.remove(&on);
         }
         for name in orphans {
             inner.subscriptions.remove(&name);
         }
         for sink in orphan_sinks {
             inner.sinks.remove(&sink.name);
+        }
+        Ok(())
+    }
+
+    /// Every comment, by what it is on.
+    pub fn comments(&self) -> BTreeMap<CommentKey, String> {
+        self.read().comments.clone()
+    }
+
+    /// Set (`Some`) or remove (`None`) a comment, durably.
+    pub fn set_comment(&self, on: CommentKey, text: Option<String>) -> Result<()> {
+        let mut inner = self.write();
+        let family = cf(&self.db, CF_CATALOG);
+        match text {
+            Some(text) => {
+                self.db
+                    .put_cf_opt(family, comment::key(on), text.as_bytes(), &sync_write())?;
+                inner.comments.insert(on, text);
+            }
+            None => {
+                self.db
+                    .delete_cf_opt(family, comment::key(on), &sync_write())?;
+                inner.comments.remove(&on);
+            }
         }
         Ok(())
     }

@@ -6,8 +6,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use datafusion::catalog::{CatalogProvider, MemoryCatalogProvider};
 use datafusion::execution::SessionState;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
-use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 
 use super::Clock;
 use crate::catalog::Catalog;
@@ -179,7 +177,8 @@ fn session_context(
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE, "public")
         .with_create_default_catalog_and_schema(false)
-        .with_information_schema(true)
+        // weir's own information_schema is PostgreSQL's (sql::pg_catalog).
+        .with_information_schema(false)
         .with_target_partitions(2);
     let options = config.options_mut();
     options.sql_parser.map_string_types_to_utf8view = false;
@@ -212,7 +211,7 @@ fn session_context(
     let lookup =
         crate::sql::lookup::LookupFunction::new(catalog.clone(), store.clone(), writer.clone());
     ctx.register_udtf(crate::sql::lookup::FUNCTION, Arc::new(lookup));
-    setup_pg_catalog(&ctx, DATABASE, EmptyContextProvider).map_err(|e| Error::from(*e))?;
+    crate::sql::pg_catalog::setup(&ctx, DATABASE, catalog)?;
     // DataFusion's functions of these names go with their aliases, which a
     // rebuilt state would otherwise register again over ours.
     let options = ctx.copied_config();

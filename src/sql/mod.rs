@@ -6,6 +6,7 @@ pub mod handlers;
 pub mod keyaccess;
 pub mod lookup;
 pub mod parser;
+pub mod pg_catalog;
 pub mod provider;
 pub mod template;
 pub mod window;

@@ -14,6 +14,7 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use crate::catalog::ObjectKind;
 use crate::error::{Error, Result};
 
+mod comment;
 mod connector;
 mod cursor;
 mod depth;
@@ -23,6 +24,7 @@ pub use depth::MAX_DEPTH;
 
 pub use precedence::fix_distinct_from;
 
+pub use comment::Comment;
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
 
@@ -84,6 +86,8 @@ pub enum Statement {
     },
     /// `CREATE SINK s FROM v WITH (connector = ...) FORMAT ... ENCODE ...`.
     CreateSink(CreateSink),
+    /// `COMMENT ON ... IS ...`.
+    Comment(Comment),
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -234,6 +238,7 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
             words[..w.len().min(3)].join(" ")
         ))),
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
+        ["COMMENT", "ON", ..] => comment::comment(tokens),
         ["SET", ..] => set(&tokens),
         ["RESET" | "DISCARD", ..] => Ok(reset(&tokens)),
         ["DEALLOCATE", ..] => Ok(Statement::Set {
@@ -269,7 +274,10 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
     let rewritten = rewrite_windows(tokens.to_vec());
     let tokens = rewritten.as_slice();
     // The compatibility parser rewrites the catalog queries psql and GUI clients send.
-    let text = text_of(tokens);
+    let mut text = text_of(tokens);
+    if let Some(replaced) = crate::sql::pg_catalog::replace_client_sql(&text) {
+        text = replaced;
+    }
     let mut statements = compat().parse(&text).map_err(|e| {
         // Re-parse for an error that carries the position.
         match sqlparser_one(tokens.to_vec()) {
@@ -278,6 +286,9 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
         }
     })?;
     fix_distinct_from(&mut statements);
+    statements
+        .iter_mut()
+        .for_each(crate::sql::pg_catalog::rewrite);
     match statements.len() {
         1 => Ok(Statement::Query(Arc::new(statements.remove(0)))),
         _ => Err(Error::Syntax("expected exactly one statement".into())),
@@ -504,6 +515,8 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     let mut query = parser.parse_query()?;
     expect_end(&parser)?;
     fix_distinct_from(&mut query);
+    // A view over the catalog fails as one (0A000), not on a function.
+    crate::sql::pg_catalog::rewrite(query.as_mut());
     Ok(CreateView {
         name,
         if_not_exists,

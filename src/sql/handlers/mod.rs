@@ -1,5 +1,6 @@
 //! One module per statement family; [`dispatch`] routes a parsed statement.
 
+pub mod comment;
 pub mod connector;
 pub mod copy;
 pub mod create_mv;
@@ -101,6 +102,7 @@ pub async fn dispatch(
             create_mv::create_logical(engine, session, create).await
         }
         Statement::ExplainView { create, dot } => create_mv::explain(engine, create, dot).await,
+        Statement::Comment(c) => comment::comment(engine, c),
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
 }
@@ -167,6 +169,7 @@ pub async fn describe(
         | Statement::Close(_)
         | Statement::CreateSubscription { .. }
         | Statement::CreateSink(_)
+        | Statement::Comment(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }
