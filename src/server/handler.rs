@@ -344,6 +344,23 @@ fn to_response(
     })
 }
 
+/// A batch's rows, ending at the first that fails to encode: the encoder
+/// does not move past a failing row, so reading on would repeat its
+/// error for ever (a decimal too wide for the numeric encoder did).
+fn rows_until_error(
+    fields: Arc<Vec<pgwire::api::results::FieldInfo>>,
+    batch: RecordBatch,
+) -> impl Iterator<Item = PgWireResult<pgwire::messages::data::DataRow>> {
+    let mut failed = false;
+    encode_recordbatch(fields, batch).map_while(move |row| {
+        if failed {
+            return None;
+        }
+        failed = row.is_err();
+        Some(row)
+    })
+}
+
 /// Rows in the client's formats, encoded a batch at a time as the client
 /// takes them; an error after some rows ends the result, as in PostgreSQL.
 fn rows_response(
@@ -360,7 +377,7 @@ fn rows_response(
         let rows: Vec<PgWireResult<_>> = match batch {
             Ok(batch) => {
                 let batch = super::text::timestamps_as_postgres(batch, &encoder);
-                encode_recordbatch(encoder.clone(), batch).collect()
+                rows_until_error(encoder.clone(), batch).collect()
             }
             Err(e) => vec![Err(to_pg_error(Error::from(e)))],
         };
@@ -393,7 +410,7 @@ fn copy_out_rows(
     }
     let rows = batches.into_iter().flat_map(move |batch| {
         let batch = super::text::timestamps_as_postgres(batch, &fields);
-        encode_recordbatch(fields.clone(), batch)
+        rows_until_error(fields.clone(), batch)
     });
     let lines = stream::iter(rows).map(move |row| {
         let mut line = std::mem::take(&mut header);
