@@ -30,6 +30,7 @@ use pgwire::messages::extendedquery::{
     Bind, Describe, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
@@ -101,9 +102,35 @@ struct Startup {
     manager: Arc<ConnectionManager>,
 }
 
+#[async_trait]
 impl NoopStartupHandler for Startup {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(self.manager.clone())
+    }
+
+    /// pgwire reports its own version and date style at startup; these
+    /// follow, and a client keeps the last value it is sent.
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let parameters = [
+            ("server_version", crate::sql::functions::SERVER_VERSION),
+            ("DateStyle", "ISO, MDY"),
+        ];
+        for (name, value) in parameters {
+            let status = ParameterStatus::new(name.to_string(), value.to_string());
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(status))
+                .await?;
+        }
+        Ok(())
     }
 }
 
