@@ -203,6 +203,7 @@ fn session_context(
     let proctime = ProcTime::new(Arc::new(move || clock.now().timestamp_micros()));
     ctx.register_udf(ScalarUDF::new_from_impl(proctime));
     ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
+    crate::sql::rules::register(&ctx);
     for name in crate::sql::window::FUNCTIONS {
         let function = crate::sql::window::WindowFunction::new(
             name,

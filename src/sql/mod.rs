@@ -1,11 +1,13 @@
 //! Plans: parsing our dialect, planning through DataFusion, one handler per statement.
 
 pub mod colnames;
+pub mod datetime;
 pub mod functions;
 pub mod handlers;
 pub mod keyaccess;
 pub mod lookup;
 pub mod parser;
 pub mod provider;
+pub mod rules;
 pub mod window;
 pub mod write;

@@ -56,6 +56,7 @@ pub async fn dispatch(
             if crate::session::TIMEOUTS.contains(&name.as_str()) {
                 crate::session::parse_timeout(&name, &value)?;
             }
+            check_format_setting(&name, &value)?;
             if !name.is_empty() {
                 session.variables.insert(name, value);
             }
@@ -169,4 +170,24 @@ pub async fn describe(
         | Statement::CreateSink(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
+}
+
+/// The settings that change how values print must parse, as PostgreSQL
+/// refuses a bad one at SET.
+fn check_format_setting(name: &str, value: &str) -> Result<()> {
+    let valid = match name {
+        "timezone" => crate::sql::datetime::parse_zone(value).is_ok(),
+        "extra_float_digits" => value
+            .trim()
+            .parse::<i32>()
+            .is_ok_and(|d| (-15..=3).contains(&d)),
+        _ => true,
+    };
+    if valid {
+        return Ok(());
+    }
+    let shown = if name == "timezone" { "TimeZone" } else { name };
+    Err(Error::InvalidParameter(format!(
+        "invalid value for parameter \"{shown}\": \"{value}\""
+    )))
 }
