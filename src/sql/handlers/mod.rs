@@ -113,6 +113,9 @@ fn is_write(output: &Output) -> bool {
 /// Each statement commits on its own; transaction blocks are accepted so that
 /// drivers which wrap statements in them work, and they scope cursors.
 fn transaction(session: &mut Session, t: Transaction) -> Output {
+    if let Transaction::Savepoint(tag) = t {
+        return Output::command(tag);
+    }
     session.in_transaction = t == Transaction::Begin;
     if t != Transaction::Begin {
         session.cursors.clear();
@@ -126,7 +129,7 @@ fn transaction(session: &mut Session, t: Transaction) -> Output {
             tag: "COMMIT",
             begin: false,
         },
-        Transaction::Rollback => Output::Transaction {
+        Transaction::Rollback | Transaction::Savepoint(_) => Output::Transaction {
             tag: "ROLLBACK",
             begin: false,
         },
