@@ -19,3 +19,14 @@ if ! python3 -c "import psycopg" >/dev/null 2>&1; then
   echo "installing: psycopg (pip)" >&2
   python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]"
 fi
+
+# The other drivers the driver tests (tests/drivers.rs) run.
+if ! python3 -c "import psycopg2, asyncpg, sqlalchemy" >/dev/null 2>&1; then
+  echo "installing: psycopg2-binary asyncpg sqlalchemy (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check psycopg2-binary asyncpg sqlalchemy
+fi
+node_tests="$(dirname "$0")/../tests/drivers/node"
+if [[ ! -d $node_tests/node_modules/pg ]]; then
+  echo "installing: node-postgres (npm ci in tests/drivers/node)" >&2
+  (cd "$node_tests" && npm ci --no-audit --no-fund --silent)
+fi
