@@ -9,5 +9,6 @@ pub mod lookup;
 pub mod parser;
 pub mod provider;
 pub mod rules;
+pub mod text;
 pub mod window;
 pub mod write;

@@ -6,6 +6,9 @@
 //!   does (`sql::datetime`) instead of through Arrow's ISO-only parser. A
 //!   literal is read at once, so bad text fails the statement at planning
 //!   with 22007, as in PostgreSQL.
+//! - A cast of a timestamp, time, interval or float to text gives the text
+//!   PostgreSQL gives (`2024-01-01 10:00:00+00`, `1`, `1 day 02:00:00`),
+//!   not Arrow's (`2024-01-01T10:00:00Z`, `1.0`).
 //! - Intervals compare as PostgreSQL compares them: by their length with a
 //!   month of 30 days and a day of 24 hours (`interval_cmp_value`), so
 //!   `'24 hours' = '1 day'`. DataFusion compares their fields one by one.
@@ -31,6 +34,7 @@ use super::datetime;
 pub fn register(ctx: &SessionContext) {
     ctx.register_udf(datetime::datetime_in().as_ref().clone());
     ctx.register_udf(ScalarUDF::new_from_impl(IntervalKey::default()));
+    ctx.register_udf(super::text::text_out().as_ref().clone());
     ctx.add_analyzer_rule(Arc::new(PostgresSemantics));
 }
 
@@ -74,6 +78,12 @@ fn rewrite(expr: Expr, schema: &DFSchema) -> datafusion::error::Result<Transform
             );
             Ok(Transformed::yes(Expr::ScalarFunction(call)))
         }
+        Expr::Cast(Cast { expr, field })
+            if field.data_type() == &DataType::Utf8 && prints_as_postgres(&expr, schema) =>
+        {
+            let call = ScalarFunction::new_udf(super::text::text_out(), vec![*expr]);
+            Ok(Transformed::yes(Expr::ScalarFunction(call)))
+        }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
             if is_comparison(op) && is_interval(&left, schema) && is_interval(&right, schema) =>
         {
@@ -103,10 +113,18 @@ fn read_literal(value: &ScalarValue, target: &DataType) -> datafusion::error::Re
 }
 
 fn is_text(expr: &Expr, schema: &DFSchema) -> bool {
+    expr.get_type(schema).is_ok_and(|t| is_text_type(&t))
+}
+
+fn is_text_type(data_type: &DataType) -> bool {
     matches!(
-        expr.get_type(schema),
-        Ok(DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8)
+        data_type,
+        DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8
     )
+}
+
+fn prints_as_postgres(expr: &Expr, schema: &DFSchema) -> bool {
+    expr.get_type(schema).is_ok_and(|t| super::text::prints(&t))
 }
 
 fn is_interval(expr: &Expr, schema: &DFSchema) -> bool {
