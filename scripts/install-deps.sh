@@ -22,13 +22,19 @@ if ! python3 -c "import psycopg" >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]"
 fi
 
-# The catalog clients tests/catalog_clients.rs runs: SQLAlchemy 2 with
-# psycopg2, and pgcli (its completion queries).
-if ! python3 -c "import sqlalchemy, psycopg2" >/dev/null 2>&1; then
-  echo "installing: sqlalchemy, psycopg2-binary (pip)" >&2
-  python3 -m pip install --quiet --disable-pip-version-check "sqlalchemy>=2" psycopg2-binary
+# The drivers and catalog clients the client tests run (tests/drivers.rs,
+# tests/catalog_clients.rs): psycopg2, asyncpg, SQLAlchemy 2, pgcli, and
+# node-postgres.
+if ! python3 -c "import psycopg2, asyncpg, sqlalchemy" >/dev/null 2>&1; then
+  echo "installing: psycopg2-binary asyncpg sqlalchemy (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check psycopg2-binary asyncpg "sqlalchemy>=2"
 fi
 if ! python3 -c "import pgcli.pgexecute" >/dev/null 2>&1; then
   echo "installing: pgcli (pip)" >&2
   python3 -m pip install --quiet --disable-pip-version-check pgcli
+fi
+node_tests="$(dirname "$0")/../tests/drivers/node"
+if [[ ! -d $node_tests/node_modules/pg ]]; then
+  echo "installing: node-postgres (npm ci in tests/drivers/node)" >&2
+  (cd "$node_tests" && npm ci --no-audit --no-fund --silent)
 fi

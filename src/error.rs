@@ -28,12 +28,12 @@ pub enum Error {
     InvalidInput(String),
     #[error("{0}")]
     OutOfRange(String),
-    /// Date/time text that does not fit its format.
+    /// Text that is no date, time or timestamp.
     #[error("{0}")]
-    InvalidDatetimeFormat(String),
-    /// A date/time field outside its range (month 13, hour 25).
+    InvalidDatetime(String),
+    /// A date or time with a field out of range (`2024-02-30`).
     #[error("{0}")]
-    DatetimeOverflow(String),
+    DatetimeOutOfRange(String),
     #[error("duplicate key value violates unique constraint \"{constraint}\"")]
     UniqueViolation { constraint: String, key: String },
     #[error(
@@ -182,8 +182,8 @@ impl Error {
             Error::DuplicateColumn(_) => "42701",
             Error::InvalidInput(_) => "22P02",
             Error::OutOfRange(_) => "22003",
-            Error::InvalidDatetimeFormat(_) => "22007",
-            Error::DatetimeOverflow(_) => "22008",
+            Error::InvalidDatetime(_) => "22007",
+            Error::DatetimeOutOfRange(_) => "22008",
             Error::UniqueViolation { .. } => "23505",
             Error::NotNullViolation { .. } => "23502",
             Error::DependentObjects { .. } => "2BP01",

@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use sqllogictest::{AsyncDB, DBOutput, DefaultColumnType};
 use tokio_postgres::types::Type;
 use tokio_postgres::{Client, SimpleQueryMessage};
+use weir::sql::text;
 
 use common::TestServer;
 
@@ -246,8 +247,12 @@ fn format_binary(row: &tokio_postgres::Row, i: usize, ty: &Type) -> String {
         Type::INT4 => show(row.get::<_, Option<i32>>(i)),
         Type::INT8 => show(row.get::<_, Option<i64>>(i)),
         Type::OID => show(row.get::<_, Option<u32>>(i)),
-        Type::FLOAT4 => show(row.get::<_, Option<f32>>(i)),
-        Type::FLOAT8 => show(row.get::<_, Option<f64>>(i)),
+        Type::FLOAT4 => show(row.get::<_, Option<f32>>(i).map(|v| text::format_f32(v, 1))),
+        Type::FLOAT8 => show(row.get::<_, Option<f64>>(i).map(|v| text::format_f64(v, 1))),
+        Type::TIME => show(row.get::<_, Option<chrono::NaiveTime>>(i).map(|t| {
+            text::format_time((t - chrono::NaiveTime::MIN).num_microseconds().unwrap_or(0))
+        })),
+        Type::INTERVAL => show(row.get::<_, Option<Interval>>(i).map(|v| v.0)),
         Type::NUMERIC => show(row.get::<_, Option<rust_decimal::Decimal>>(i)),
         Type::DATE => show(row.get::<_, Option<chrono::NaiveDate>>(i)),
         Type::TIMESTAMP => row.get::<_, Option<chrono::NaiveDateTime>>(i).map_or_else(
@@ -264,6 +269,24 @@ fn format_binary(row: &tokio_postgres::Row, i: usize, ty: &Type) -> String {
             .try_get::<_, Option<String>>(i)
             .map(|v| text(v.as_deref()))
             .unwrap_or_else(|e| format!("<unsupported type {ty}: {e}>")),
+    }
+}
+
+/// An interval read from its binary form (microseconds, days, months) and
+/// printed as PostgreSQL prints it.
+struct Interval(String);
+
+impl<'a> tokio_postgres::types::FromSql<'a> for Interval {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Self, Box<dyn std::error::Error + Sync + Send>> {
+        let field = |at: usize, len: usize| raw.get(at..at + len).ok_or("short interval");
+        let micros = i64::from_be_bytes(field(0, 8)?.try_into()?);
+        let days = i32::from_be_bytes(field(8, 4)?.try_into()?);
+        let months = i32::from_be_bytes(field(12, 4)?.try_into()?);
+        Ok(Interval(text::format_interval(months, days, micros)))
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::INTERVAL
     }
 }
 

@@ -30,11 +30,13 @@ use pgwire::messages::extendedquery::{
     Bind, Describe, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::startup::ParameterStatus;
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
 use super::coalesce;
 use super::copyout::{Cancel, Sockets};
+use super::text::TextStyle;
 use crate::error::Error;
 use crate::session::streams::Encode;
 use crate::session::subscribe::Subscription;
@@ -101,9 +103,35 @@ struct Startup {
     manager: Arc<ConnectionManager>,
 }
 
+#[async_trait]
 impl NoopStartupHandler for Startup {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(self.manager.clone())
+    }
+
+    /// pgwire reports its own version and date style at startup; these
+    /// follow, and a client keeps the last value it is sent.
+    async fn post_startup<C>(
+        &self,
+        client: &mut C,
+        _message: pgwire::messages::PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let parameters = [
+            ("server_version", crate::sql::functions::SERVER_VERSION),
+            ("DateStyle", "ISO, MDY"),
+        ];
+        for (name, value) in parameters {
+            let status = ParameterStatus::new(name.to_string(), value.to_string());
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(status))
+                .await?;
+        }
+        Ok(())
     }
 }
 
@@ -196,10 +224,14 @@ impl QueryHandler {
                     sockets: &self.sockets,
                     subscription: *subscription,
                 };
+                let style = text_style(session, client.metadata());
                 let options = format_options(client.metadata());
-                stream_copy(client, stream, options).await
+                stream_copy(client, stream, options, style).await
             }
-            Ok(output) => to_response(output, format, client.metadata()),
+            Ok(output) => {
+                let style = text_style(session, client.metadata());
+                to_response(output, format, client.metadata(), style)
+            }
             Err(e) => {
                 Metrics::add(&self.engine.metrics.statement_errors, 1);
                 // Damage and bugs are the operator's to see, not only the client's.
@@ -229,6 +261,7 @@ async fn stream_copy<C>(
     client: &mut C,
     stream: CopyStream<'_>,
     options: Arc<FormatOptions>,
+    style: TextStyle,
 ) -> PgWireResult<Response>
 where
     C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send,
@@ -251,7 +284,7 @@ where
         )))
         .await?;
     let encode: Encode = Arc::new(move |batch: RecordBatch| {
-        let batch = super::text::timestamps_as_postgres(batch, &fields);
+        let batch = super::text::as_postgres(batch, &fields, &style);
         let mut data = bytes::BytesMut::new();
         for row in encode_recordbatch(fields.clone(), batch) {
             let row = row.map_err(|e| Error::Internal(format!("encoding a change: {e}")))?;
@@ -288,14 +321,25 @@ where
     }
 }
 
-/// Output formats for a client. Floats print as PostgreSQL prints them
-/// (`2`, not `2.0`) unless the client asks for `extra_float_digits` itself.
+/// Output formats for a client, for the types Arrow's encoder prints.
 fn format_options(metadata: &std::collections::HashMap<String, String>) -> Arc<FormatOptions> {
-    let mut options = FormatOptions::from_client_metadata(metadata);
-    if !metadata.contains_key("extra_float_digits") {
-        options.extra_float_digits = 0;
-    }
-    Arc::new(options)
+    Arc::new(FormatOptions::from_client_metadata(metadata))
+}
+
+/// How the session prints what `text` renders: its `SET` variables, else
+/// what the client asked for at startup.
+fn text_style(
+    session: &Session,
+    metadata: &std::collections::HashMap<String, String>,
+) -> TextStyle {
+    TextStyle::from_settings(|name| {
+        session.variables.get(name).map(String::as_str).or_else(|| {
+            metadata
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.as_str())
+        })
+    })
 }
 
 /// The client's settings are read only for rows: a write's reply skips them.
@@ -303,6 +347,7 @@ fn to_response(
     output: Output,
     format: &Format,
     metadata: &std::collections::HashMap<String, String>,
+    style: TextStyle,
 ) -> PgWireResult<Response> {
     Ok(match output {
         Output::Rows {
@@ -311,10 +356,10 @@ fn to_response(
             tag,
         } => {
             let batches = stream::iter(batches.into_iter().map(Ok));
-            rows_response(&schema, batches, tag, format, metadata)?
+            rows_response(&schema, batches, tag, format, metadata, style)?
         }
         Output::Stream { schema, rows, tag } => {
-            rows_response(&schema, rows.0, tag, format, metadata)?
+            rows_response(&schema, rows.0, tag, format, metadata, style)?
         }
         Output::Command { tag, rows } => {
             let mut t = Tag::new(&tag);
@@ -335,7 +380,7 @@ fn to_response(
             schema,
             batches,
             format,
-        } => copy_out_rows(schema, batches, format, format_options(metadata))?,
+        } => copy_out_rows(schema, batches, format, format_options(metadata), style)?,
         Output::CopyOut(_) => {
             return Err(to_pg_error(Error::Internal(
                 "a change stream reached the row encoder".into(),
@@ -369,6 +414,7 @@ fn rows_response(
     tag: &str,
     format: &Format,
     metadata: &std::collections::HashMap<String, String>,
+    style: TextStyle,
 ) -> PgWireResult<Response> {
     let options = Some(format_options(metadata));
     let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, options)?);
@@ -376,7 +422,7 @@ fn rows_response(
     let data = batches.flat_map(move |batch| {
         let rows: Vec<PgWireResult<_>> = match batch {
             Ok(batch) => {
-                let batch = super::text::timestamps_as_postgres(batch, &encoder);
+                let batch = super::text::as_postgres(batch, &encoder, &style);
                 rows_until_error(encoder.clone(), batch).collect()
             }
             Err(e) => vec![Err(to_pg_error(Error::from(e)))],
@@ -396,6 +442,7 @@ fn copy_out_rows(
     batches: Vec<RecordBatch>,
     format: CopyFormat,
     options: Arc<FormatOptions>,
+    style: TextStyle,
 ) -> PgWireResult<Response> {
     let fields = Arc::new(arrow_schema_to_pg_fields(
         &schema,
@@ -409,7 +456,7 @@ fn copy_out_rows(
         super::text::copy_header(&names, &format, &mut header);
     }
     let rows = batches.into_iter().flat_map(move |batch| {
-        let batch = super::text::timestamps_as_postgres(batch, &fields);
+        let batch = super::text::as_postgres(batch, &fields, &style);
         rows_until_error(fields.clone(), batch)
     });
     let lines = stream::iter(rows).map(move |row| {
@@ -600,9 +647,7 @@ impl ExtendedQueryHandler for QueryHandler {
                 .iter()
                 .map(Option::as_ref)
                 .collect();
-            Some(arrow_pg::datatypes::df::deserialize_parameters(
-                portal, &types,
-            )?)
+            Some(parameters(portal, &types)?)
         };
         let shared = session_of(client);
         let mut session = shared.lock().await;
@@ -618,6 +663,49 @@ impl ExtendedQueryHandler for QueryHandler {
         send_notices(client, &mut session).await?;
         result
     }
+}
+
+/// The portal's parameters as values. Text-format dates, times and
+/// timestamps are read as PostgreSQL reads them (`2024-01-01` for a
+/// timestamp, offsets, month names), which the Arrow encoder's parser does
+/// not; every other parameter is the encoder's.
+fn parameters(
+    portal: &Portal<Prepared>,
+    types: &[Option<&DataType>],
+) -> PgWireResult<datafusion::common::ParamValues> {
+    let mut ours = Vec::new();
+    // Portal is not Clone: a copy of what decoding reads.
+    let mut rest = Portal::new_cursor(portal.name.clone(), portal.statement.clone());
+    rest.parameter_format = portal.parameter_format.clone();
+    rest.parameters = portal.parameters.clone();
+    for (i, value) in portal.parameters.iter().enumerate() {
+        let (Some(bytes), Some(Some(target))) = (value, types.get(i)) else {
+            continue;
+        };
+        if portal.parameter_format.is_binary(i) || !crate::sql::datetime::is_datetime(target) {
+            continue;
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| {
+            to_pg_error(Error::InvalidInput(format!(
+                "parameter ${} is not valid UTF-8",
+                i + 1
+            )))
+        })?;
+        ours.push((
+            i,
+            crate::sql::datetime::parse(text, target).map_err(to_pg_error)?,
+        ));
+        rest.parameters[i] = None;
+    }
+    let mut values = arrow_pg::datatypes::df::deserialize_parameters(&rest, types)?;
+    if let datafusion::common::ParamValues::List(list) = &mut values {
+        for (i, value) in ours {
+            if let Some(slot) = list.get_mut(i) {
+                *slot = value.into();
+            }
+        }
+    }
+    Ok(values)
 }
 
 #[async_trait]

@@ -1,81 +1,87 @@
 //! Values in PostgreSQL's text format where the Arrow encoder differs from
-//! it: PostgreSQL prints a timestamp's fraction of a second only as far as
-//! it has digits (`10:00:00`, `10:00:00.5`), never padded to six.
+//! it (`sql::text` says how), in the session's `TimeZone` and
+//! `extra_float_digits`; and COPY lines.
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
-use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::arrow::array::timezone::Tz;
+use datafusion::arrow::array::{ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::messages::data::DataRow;
 
+use crate::sql::datetime::parse_zone;
 use crate::sql::handlers::copy::CopyFormat;
+use crate::sql::text;
 
-/// The batch with its text-format timestamp columns rendered as PostgreSQL
-/// renders them (ISO date style); other columns are left alone.
-pub fn timestamps_as_postgres(batch: RecordBatch, fields: &[FieldInfo]) -> RecordBatch {
+/// How a session wants values printed (`SET TimeZone`, `SET extra_float_digits`).
+#[derive(Debug, Clone)]
+pub struct TextStyle {
+    /// Where timestamps with a zone are shown.
+    pub zone: Tz,
+    /// Above 0: the shortest text that reads back exactly; else that many
+    /// digits more or fewer than 15 (6 for `real`).
+    pub extra_float_digits: i32,
+}
+
+impl Default for TextStyle {
+    fn default() -> TextStyle {
+        TextStyle {
+            zone: "+00:00".parse().expect("a fixed offset is a zone"),
+            extra_float_digits: 1,
+        }
+    }
+}
+
+impl TextStyle {
+    /// The style of session variables by lower-case name; values that do
+    /// not parse keep the default (SET refuses them).
+    pub fn from_settings<'a>(setting: impl Fn(&str) -> Option<&'a str>) -> TextStyle {
+        let mut style = TextStyle::default();
+        if let Some(zone) = setting("timezone").and_then(|z| parse_zone(z).ok()) {
+            style.zone = zone;
+        }
+        if let Some(digits) = setting("extra_float_digits").and_then(|d| d.trim().parse().ok()) {
+            style.extra_float_digits = digits;
+        }
+        style
+    }
+}
+
+/// The batch with its text-format columns of the types above rendered as
+/// PostgreSQL renders them; other columns are left alone.
+pub fn as_postgres(batch: RecordBatch, fields: &[FieldInfo], style: &TextStyle) -> RecordBatch {
     let schema = batch.schema();
-    let needs = |i: usize| {
-        matches!(schema.field(i).data_type(), DataType::Timestamp(..))
-            && fields
-                .get(i)
-                .is_some_and(|f| f.format() == FieldFormat::Text)
+    let text = |i: usize| {
+        fields
+            .get(i)
+            .is_some_and(|f| f.format() == FieldFormat::Text)
     };
-    if !(0..batch.num_columns()).any(needs) {
+    let rendered: Vec<Option<ArrayRef>> = batch
+        .columns()
+        .iter()
+        .enumerate()
+        .map(|(i, column)| if text(i) { render(column, style) } else { None })
+        .collect();
+    if rendered.iter().all(Option::is_none) {
         return batch;
     }
     let mut columns = batch.columns().to_vec();
     let mut schema_fields: Vec<Field> =
         schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    for (i, column) in columns.iter_mut().enumerate() {
-        if !needs(i) {
-            continue;
+    for (i, column) in rendered.into_iter().enumerate() {
+        if let Some(column) = column {
+            columns[i] = column;
+            schema_fields[i] = schema_fields[i].clone().with_data_type(DataType::Utf8);
         }
-        let DataType::Timestamp(_, zone) = schema.field(i).data_type() else {
-            continue;
-        };
-        let Some(rendered) = render(column, zone.is_some()) else {
-            continue;
-        };
-        *column = rendered;
-        schema_fields[i] = schema_fields[i].clone().with_data_type(DataType::Utf8);
     }
     RecordBatch::try_new(Arc::new(Schema::new(schema_fields)), columns).unwrap_or(batch)
 }
 
-/// Timestamps as text; zoned ones in UTC with PostgreSQL's `+00` suffix.
-fn render(column: &ArrayRef, zoned: bool) -> Option<ArrayRef> {
-    let micros = cast(column, &DataType::Timestamp(TimeUnit::Microsecond, None)).ok()?;
-    let micros = cast(&micros, &DataType::Int64).ok()?;
-    let values = micros
-        .as_any()
-        .downcast_ref::<datafusion::arrow::array::Int64Array>()?;
-    let text: StringArray = (0..values.len())
-        .map(|i| {
-            if values.is_null(i) {
-                return None;
-            }
-            let mut out = format_micros(values.value(i))?;
-            if zoned {
-                out.push_str("+00");
-            }
-            Some(out)
-        })
-        .collect();
+/// A column as text, when its type prints differently from Arrow's encoder.
+fn render(column: &ArrayRef, style: &TextStyle) -> Option<ArrayRef> {
+    let text = text::render(column, Some(&style.zone), style.extra_float_digits)?;
     Some(Arc::new(text))
-}
-
-fn format_micros(micros: i64) -> Option<String> {
-    let at = chrono::DateTime::from_timestamp_micros(micros)?.naive_utc();
-    let mut out = at.format("%Y-%m-%d %H:%M:%S").to_string();
-    let fraction = micros.rem_euclid(1_000_000);
-    if fraction != 0 {
-        let digits = format!("{fraction:06}");
-        out.push('.');
-        out.push_str(digits.trim_end_matches('0'));
-    }
-    Some(out)
 }
 
 /// One row as a COPY line in the client's format. The row encoder wrote
@@ -155,20 +161,7 @@ pub fn copy_header(names: &[&str], format: &CopyFormat, out: &mut bytes::BytesMu
 
 #[cfg(test)]
 mod tests {
-    use super::{CopyFormat, copy_line, format_micros};
-
-    #[test]
-    fn fractions_print_only_their_digits() {
-        assert_eq!(format_micros(0).as_deref(), Some("1970-01-01 00:00:00"));
-        assert_eq!(
-            format_micros(1_500_000).as_deref(),
-            Some("1970-01-01 00:00:01.5")
-        );
-        assert_eq!(
-            format_micros(-1).as_deref(),
-            Some("1969-12-31 23:59:59.999999")
-        );
-    }
+    use super::*;
 
     fn row(fields: &[Option<&str>]) -> pgwire::messages::data::DataRow {
         let mut data = bytes::BytesMut::new();

@@ -14,7 +14,7 @@ use crate::dataflow::errors::Failures;
 use crate::dataflow::late;
 use crate::dataflow::runtime::{Runtime, Settings};
 use crate::error::{Error, Result};
-use crate::sql::functions::ProcTime;
+use crate::sql::functions::{ProcTime, Version};
 use crate::sql::provider::WeirSchema;
 use crate::state::Store;
 use crate::state::disk::DiskGuard;
@@ -183,6 +183,8 @@ fn session_context(
     let options = config.options_mut();
     options.sql_parser.map_string_types_to_utf8view = false;
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    // TIMESTAMPTZ and now() carry a zone, so they print with their offset.
+    options.execution.time_zone = Some("+00:00".into());
     let ctx = SessionContext::new_with_config(config);
     let databases = MemoryCatalogProvider::new();
     let schema = Arc::new(WeirSchema::new(
@@ -199,6 +201,8 @@ fn session_context(
     let clock = clock.clone();
     let proctime = ProcTime::new(Arc::new(move || clock.now().timestamp_micros()));
     ctx.register_udf(ScalarUDF::new_from_impl(proctime));
+    ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
+    crate::sql::rules::register(&ctx);
     for name in crate::sql::window::FUNCTIONS {
         let function = crate::sql::window::WindowFunction::new(
             name,

@@ -78,3 +78,58 @@ impl ScalarUDFImpl for ProcTime {
         )))
     }
 }
+
+/// The version weir reports as `server_version`: PostgreSQL's release whose
+/// behaviour weir follows, then weir's own, in the shape of a distribution's
+/// build (`15.18 (Debian 15.18-0+deb12u1)`), which drivers already parse.
+pub const SERVER_VERSION: &str = concat!("15.0 (weir ", env!("CARGO_PKG_VERSION"), ")");
+
+/// `server_version_num`: the PostgreSQL release as one number.
+pub const SERVER_VERSION_NUM: &str = "150000";
+
+/// `version()` as PostgreSQL words it: ORMs and BI tools read the release
+/// from its leading `PostgreSQL X.Y`.
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct Version {
+    signature: Signature,
+}
+
+impl Default for Version {
+    fn default() -> Version {
+        Version {
+            signature: Signature::nullary(Volatility::Immutable),
+        }
+    }
+}
+
+/// The text of `version()`.
+pub fn version_text() -> String {
+    format!(
+        "PostgreSQL {SERVER_VERSION} on {}-{}, compiled by rustc, 64-bit",
+        std::env::consts::ARCH,
+        std::env::consts::OS
+    )
+}
+
+impl ScalarUDFImpl for Version {
+    fn name(&self) -> &str {
+        "version"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> datafusion::error::Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(
+        &self,
+        _args: ScalarFunctionArgs,
+    ) -> datafusion::error::Result<ColumnarValue> {
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(
+            version_text(),
+        ))))
+    }
+}

@@ -1,6 +1,7 @@
 //! Plans: parsing our dialect, planning through DataFusion, one handler per statement.
 
 pub mod colnames;
+pub mod datetime;
 pub mod functions;
 pub mod handlers;
 pub mod keyaccess;
@@ -9,5 +10,7 @@ pub mod parser;
 pub mod pg_catalog;
 pub mod provider;
 pub mod template;
+pub mod rules;
+pub mod text;
 pub mod window;
 pub mod write;

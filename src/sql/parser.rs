@@ -144,6 +144,10 @@ pub enum Transaction {
     Begin,
     Commit,
     Rollback,
+    /// `SAVEPOINT`, `RELEASE` and `ROLLBACK TO`: accepted inside a block
+    /// (drivers set savepoints around their own catalog reads), and, as
+    /// every statement commits on its own, with nothing to undo.
+    Savepoint(&'static str),
 }
 
 /// Split and parse a query string into statements.
@@ -247,6 +251,9 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         }),
         ["BEGIN" | "START", ..] => Ok(Statement::Transaction(Transaction::Begin)),
         ["COMMIT" | "END", ..] => Ok(Statement::Transaction(Transaction::Commit)),
+        ["ROLLBACK", "TO", ..] => Ok(Statement::Transaction(Transaction::Savepoint("ROLLBACK"))),
+        ["SAVEPOINT", ..] => Ok(Statement::Transaction(Transaction::Savepoint("SAVEPOINT"))),
+        ["RELEASE", ..] => Ok(Statement::Transaction(Transaction::Savepoint("RELEASE"))),
         ["ROLLBACK" | "ABORT", ..] => Ok(Statement::Transaction(Transaction::Rollback)),
         ["COPY", ..] => Ok(Statement::Copy(Box::new(sqlparser_one(tokens)?))),
         _ => query(&tokens),

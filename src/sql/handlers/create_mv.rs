@@ -100,7 +100,8 @@ pub async fn create_logical(
         )));
     }
     let state = engine.state();
-    let statement = ast::Statement::Query(create.query.clone());
+    let mut statement = ast::Statement::Query(create.query.clone());
+    crate::sql::datetime::rewrite_interval_literals(&mut statement);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;
@@ -328,7 +329,8 @@ fn contents(
 
 async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalPlan> {
     let state = engine.state();
-    let statement = ast::Statement::Query(Box::new(query.clone()));
+    let mut statement = ast::Statement::Query(Box::new(query.clone()));
+    crate::sql::datetime::rewrite_interval_literals(&mut statement);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;

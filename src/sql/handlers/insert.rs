@@ -225,6 +225,11 @@ fn cast(value: ScalarValue, target: &DataType, sql_type: &str) -> Result<ScalarV
     if value.data_type() == *target {
         return Ok(value);
     }
+    if let (ScalarValue::Utf8(Some(text)), true) =
+        (&value, crate::sql::datetime::is_datetime(target))
+    {
+        return crate::sql::datetime::parse(text, target);
+    }
     let shown = value.to_string();
     let numeric = value.data_type().is_numeric();
     let array = value.to_array()?;

@@ -57,6 +57,7 @@ pub async fn dispatch(
             if crate::session::TIMEOUTS.contains(&name.as_str()) {
                 crate::session::parse_timeout(&name, &value)?;
             }
+            check_format_setting(&name, &value)?;
             if !name.is_empty() {
                 session.variables.insert(name, value);
             }
@@ -114,6 +115,9 @@ fn is_write(output: &Output) -> bool {
 /// Each statement commits on its own; transaction blocks are accepted so that
 /// drivers which wrap statements in them work, and they scope cursors.
 fn transaction(session: &mut Session, t: Transaction) -> Output {
+    if let Transaction::Savepoint(tag) = t {
+        return Output::command(tag);
+    }
     session.in_transaction = t == Transaction::Begin;
     if t != Transaction::Begin {
         session.cursors.clear();
@@ -127,7 +131,7 @@ fn transaction(session: &mut Session, t: Transaction) -> Output {
             tag: "COMMIT",
             begin: false,
         },
-        Transaction::Rollback => Output::Transaction {
+        Transaction::Rollback | Transaction::Savepoint(_) => Output::Transaction {
             tag: "ROLLBACK",
             begin: false,
         },
@@ -172,4 +176,24 @@ pub async fn describe(
         | Statement::Comment(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
+}
+
+/// The settings that change how values print must parse, as PostgreSQL
+/// refuses a bad one at SET.
+fn check_format_setting(name: &str, value: &str) -> Result<()> {
+    let valid = match name {
+        "timezone" => crate::sql::datetime::parse_zone(value).is_ok(),
+        "extra_float_digits" => value
+            .trim()
+            .parse::<i32>()
+            .is_ok_and(|d| (-15..=3).contains(&d)),
+        _ => true,
+    };
+    if valid {
+        return Ok(());
+    }
+    let shown = if name == "timezone" { "TimeZone" } else { name };
+    Err(Error::InvalidParameter(format!(
+        "invalid value for parameter \"{shown}\": \"{value}\""
+    )))
 }

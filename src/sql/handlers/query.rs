@@ -32,6 +32,7 @@ pub async fn plan(
     state.config_mut().set_extension(engine.store.read_view());
     let mut ast = ast.clone();
     let names = crate::sql::colnames::rewrite(&mut ast);
+    crate::sql::datetime::rewrite_interval_literals(&mut ast);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(ast)))
         .await?;
@@ -164,9 +165,14 @@ pub async fn describe(
 }
 
 fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
+    let cast = cast_parameter_types(plan)?;
     let mut types: Vec<(usize, Option<DataType>)> = plan
         .get_parameter_types()?
         .into_iter()
+        .map(|(name, t)| {
+            let t = t.or_else(|| cast.get(&name).cloned());
+            (name, t)
+        })
         .filter_map(|(name, t)| {
             name.trim_start_matches('$')
                 .parse::<usize>()
@@ -176,6 +182,31 @@ fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
         .collect();
     types.sort_by_key(|(i, _)| *i);
     Ok(types.into_iter().map(|(_, t)| t).collect())
+}
+
+/// The type of each parameter written `$n::type`: PostgreSQL gives the
+/// parameter that type, where DataFusion leaves it unknown (and a client
+/// would then send a `timedelta` for `$1::interval` as text).
+fn cast_parameter_types(plan: &LogicalPlan) -> Result<std::collections::HashMap<String, DataType>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::Expr;
+    let mut types = std::collections::HashMap::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::Cast(cast) = e
+                    && let Expr::Placeholder(p) = cast.expr.as_ref()
+                    && p.field.is_none()
+                {
+                    types
+                        .entry(p.id.clone())
+                        .or_insert_with(|| cast.field.data_type().clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(types)
 }
 
 async fn insert(state: SessionState, plan: LogicalPlan) -> Result<Output> {

@@ -259,8 +259,8 @@ pub fn variable(session: &Session, name: &str) -> Result<Output> {
 
 fn default_variable(name: &str) -> Option<&'static str> {
     Some(match name {
-        "server_version" => "15.0",
-        "server_version_num" => "150000",
+        "server_version" => crate::sql::functions::SERVER_VERSION,
+        "server_version_num" => crate::sql::functions::SERVER_VERSION_NUM,
         "server_encoding" | "client_encoding" => "UTF8",
         "datestyle" => "ISO, MDY",
         "intervalstyle" => "postgres",

@@ -38,7 +38,7 @@ pub fn parse(input: &str, nodes: &[Node]) -> Result<(NaiveDateTime, i32)> {
     }
     // What follows the template's last field is ignored, as PostgreSQL does.
     let time = parts.to_time().map_err(|e| match e {
-        Error::DatetimeOverflow(m) => Error::DatetimeOverflow(format!("{m}: \"{input}\"")),
+        Error::DatetimeOutOfRange(m) => Error::DatetimeOutOfRange(format!("{m}: \"{input}\"")),
         other => other,
     })?;
     Ok((time, parts.offset_seconds))
@@ -330,11 +330,11 @@ fn name(pattern: Pattern) -> &'static str {
 }
 
 fn invalid(message: String) -> Error {
-    Error::InvalidDatetimeFormat(message)
+    Error::InvalidDatetime(message)
 }
 
 fn out_of_range() -> Error {
-    Error::DatetimeOverflow("date/time field value out of range".into())
+    Error::DatetimeOutOfRange("date/time field value out of range".into())
 }
 
 #[cfg(test)]

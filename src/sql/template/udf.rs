@@ -147,7 +147,7 @@ fn local_time(micros: i64) -> datafusion::error::Result<NaiveDateTime> {
     DateTime::from_timestamp_micros(micros)
         .map(|t| t.naive_utc())
         .ok_or_else(|| {
-            error(crate::error::Error::DatetimeOverflow(
+            error(crate::error::Error::DatetimeOutOfRange(
                 "timestamp out of range".into(),
             ))
         })
