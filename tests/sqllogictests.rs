@@ -134,7 +134,9 @@ impl WeirDb {
         // query and the view; only a query that answers the same twice is
         // a fair check.
         if expected != incremental
-            && let Ok(DBOutput::Rows { rows: mut again, .. }) = self.run_plain(sql).await
+            && let Ok(DBOutput::Rows {
+                rows: mut again, ..
+            }) = self.run_plain(sql).await
         {
             again.sort();
             if again != expected {
