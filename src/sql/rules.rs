@@ -56,7 +56,14 @@ impl AnalyzerRule for PostgresSemantics {
             for input in plan.inputs() {
                 schema.merge(input.schema());
             }
-            plan.map_expressions(|expr| expr.transform_up(|e| rewrite(e, &schema)))
+            // A rewritten expression keeps its name, or the plan's schema
+            // would no longer match what was planned.
+            let names = datafusion::logical_expr::expr_rewriter::NamePreserver::new(&plan);
+            plan.map_expressions(|expr| {
+                let name = names.save(&expr);
+                let rewritten = expr.transform_up(|e| rewrite(e, &schema))?;
+                Ok(rewritten.update_data(|e| name.restore(e)))
+            })
         })
         .map(|t| t.data)
     }
