@@ -201,7 +201,6 @@ fn session_context(
     let clock = clock.clone();
     let proctime = ProcTime::new(Arc::new(move || clock.now().timestamp_micros()));
     ctx.register_udf(ScalarUDF::new_from_impl(proctime));
-    ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
     crate::sql::rules::register(&ctx);
     for name in crate::sql::window::FUNCTIONS {
         let function = crate::sql::window::WindowFunction::new(
@@ -216,6 +215,7 @@ fn session_context(
         crate::sql::lookup::LookupFunction::new(catalog.clone(), store.clone(), writer.clone());
     ctx.register_udtf(crate::sql::lookup::FUNCTION, Arc::new(lookup));
     crate::sql::pg_catalog::setup(&ctx, DATABASE, catalog)?;
+    ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
     // DataFusion's functions of these names go with their aliases, which a
     // rebuilt state would otherwise register again over ours.
     let options = ctx.copied_config();

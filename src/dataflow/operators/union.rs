@@ -29,7 +29,12 @@ impl Operator for Union {
         cx: &mut Context<'_>,
     ) -> Result<()> {
         // Inputs agree on types but may name columns differently.
-        let rows = RecordBatch::try_new(self.schema.clone(), batch.rows().columns().to_vec())?;
+        // Counted rows (`count(*)` over a union) may have no columns at all.
+        let rows = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            batch.rows().columns().to_vec(),
+            &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.len())),
+        )?;
         cx.emit(ChangeBatch::new(rows, batch.diffs().clone())?);
         Ok(())
     }
