@@ -92,12 +92,15 @@ pub const SERVER_VERSION_NUM: &str = "150000";
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct Version {
     signature: Signature,
+    /// `pg_catalog.version()`, as clients spell it, too.
+    aliases: Vec<String>,
 }
 
 impl Default for Version {
     fn default() -> Version {
         Version {
             signature: Signature::nullary(Volatility::Immutable),
+            aliases: vec!["pg_catalog.version".to_string()],
         }
     }
 }
@@ -114,6 +117,10 @@ pub fn version_text() -> String {
 impl ScalarUDFImpl for Version {
     fn name(&self) -> &str {
         "version"
+    }
+
+    fn aliases(&self) -> &[String] {
+        &self.aliases
     }
 
     fn signature(&self) -> &Signature {
