@@ -167,6 +167,36 @@ pub fn compact(
     before: i64,
     limit: u64,
 ) -> Result<Option<u64>> {
+    rewrite_start(db, topic, partition, before, limit, true)
+}
+
+/// Drop the start of an append-only partition: the chunks [`compact`]
+/// would fold, without their records. The empty chunk stamped compacted
+/// that takes their place tells a change stream asked to resume inside
+/// them that they are gone. Returns the newest dropped epoch, or `None`
+/// when nothing went.
+pub fn expire(
+    db: &rocksdb::DB,
+    topic: u64,
+    partition: u32,
+    before: i64,
+    limit: u64,
+) -> Result<Option<u64>> {
+    rewrite_start(db, topic, partition, before, limit, false)
+}
+
+/// Replace the partition's old chunks by one compacted run, holding their
+/// records consolidated when `keep` and none otherwise. The last chunk
+/// stays as written: it is where the partition's end and watermark are
+/// read from.
+fn rewrite_start(
+    db: &rocksdb::DB,
+    topic: u64,
+    partition: u32,
+    before: i64,
+    limit: u64,
+    keep: bool,
+) -> Result<Option<u64>> {
     let prefix = keys::log_partition_prefix(topic, partition);
     let Some(last) = last_base(db, &prefix)? else {
         return Ok(None);
@@ -179,26 +209,23 @@ pub fn compact(
             break;
         }
         let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
-        // The last chunk stays as written: it is where the partition's end
-        // and watermark are read from.
-        if base == last {
-            break;
-        }
-        let chunk = decode_chunk(value)?;
-        let end = base + chunk.entries.len() as u64;
-        let Some(stamp) = chunk.stamp else { break };
+        let (count, watermark, stamp) = head(value)?;
+        let end = base + count;
+        let Some(stamp) = stamp else { break };
         // A watermark-only chunk sits at the end, where the next records go.
-        if chunk.entries.is_empty() && !stamp.compacted {
+        let pending_mark = count == 0 && !stamp.compacted;
+        let too_new = !stamp.compacted && stamp.time >= before;
+        if base == last || pending_mark || end > limit || too_new {
             break;
         }
-        if end > limit || (!stamp.compacted && stamp.time >= before) {
-            break;
+        if keep {
+            fold.add_records(&decode_chunk(value)?);
         }
-        fold.add(&chunk, stamp, end);
+        fold.note(stamp, watermark, end);
         iter.next();
     }
     iter.status()?;
-    if !fold.fresh {
+    if !fold.fresh || fold.end == 0 {
         return Ok(None);
     }
     let mut batch = rocksdb::WriteBatch::default();
@@ -206,61 +233,6 @@ pub fn compact(
     batch.delete_range_cf(family, &prefix, &keys::log_key(topic, partition, fold.end));
     let epoch = fold.stamp.epoch;
     for (key, chunk) in fold.chunks(topic, partition) {
-        batch.put_cf(family, key, chunk);
-    }
-    db.write(batch)?;
-    Ok(Some(epoch))
-}
-
-/// Drop the start of an append-only partition: every chunk written before
-/// `before` (processing time) that ends at or before `limit`, never the
-/// last one. An empty chunk stamped compacted with the newest dropped epoch
-/// takes their place, so a change stream asked to resume inside them is
-/// told they are gone. Returns that epoch, or `None` when nothing went.
-///
-/// Like [`compact`], it must not race another writer of the same offsets;
-/// appends after `limit` are fine.
-pub fn expire(
-    db: &rocksdb::DB,
-    topic: u64,
-    partition: u32,
-    before: i64,
-    limit: u64,
-) -> Result<Option<u64>> {
-    let prefix = keys::log_partition_prefix(topic, partition);
-    let Some(last) = last_base(db, &prefix)? else {
-        return Ok(None);
-    };
-    let mut gone = Fold::default();
-    let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
-    iter.seek(&prefix);
-    while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
-        if !key.starts_with(&prefix) {
-            break;
-        }
-        let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
-        let (count, watermark, stamp) = head(value)?;
-        let Some(stamp) = stamp else { break };
-        let end = base + count;
-        if base == last || end > limit || (!stamp.compacted && stamp.time >= before) {
-            break;
-        }
-        gone.stamp.epoch = gone.stamp.epoch.max(stamp.epoch);
-        gone.stamp.time = gone.stamp.time.max(stamp.time);
-        gone.watermark = gone.watermark.max(watermark);
-        gone.end = end;
-        gone.fresh |= !stamp.compacted;
-        iter.next();
-    }
-    iter.status()?;
-    if !gone.fresh || gone.end == 0 {
-        return Ok(None);
-    }
-    let family = crate::state::cf(db, CF_LOG);
-    let mut batch = rocksdb::WriteBatch::default();
-    batch.delete_range_cf(family, &prefix, &keys::log_key(topic, partition, gone.end));
-    let epoch = gone.stamp.epoch;
-    for (key, chunk) in gone.chunks(topic, partition) {
         batch.put_cf(family, key, chunk);
     }
     db.write(batch)?;
@@ -293,7 +265,7 @@ struct Fold {
 }
 
 impl Fold {
-    fn add(&mut self, chunk: &Chunk<'_>, stamp: Stamp, end: u64) {
+    fn add_records(&mut self, chunk: &Chunk<'_>) {
         for entry in &chunk.entries {
             match self.sums.get_mut(entry.row) {
                 Some(sum) => *sum += entry.diff,
@@ -303,9 +275,13 @@ impl Fold {
                 }
             }
         }
+    }
+
+    /// A folded chunk's stamp, watermark and end.
+    fn note(&mut self, stamp: Stamp, watermark: Option<i64>, end: u64) {
         self.stamp.epoch = self.stamp.epoch.max(stamp.epoch);
         self.stamp.time = self.stamp.time.max(stamp.time);
-        self.watermark = self.watermark.max(chunk.watermark);
+        self.watermark = self.watermark.max(watermark);
         self.end = end;
         self.fresh |= !stamp.compacted;
     }
