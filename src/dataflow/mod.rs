@@ -1,5 +1,6 @@
 //! Changes: what flows between incremental operators.
 
+pub mod asof;
 pub mod change;
 pub mod errors;
 pub mod graph;

@@ -28,7 +28,7 @@ use crate::catalog::{Catalog, Emit, OnError, Table};
 use crate::dataflow::graph::{Dataflow, Node, Source};
 use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
-use crate::dataflow::operators::join::{Join, Side};
+use crate::dataflow::operators::join::{Asof, Join, Side};
 use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
 use crate::dataflow::operators::over::{Evaluate, Over};
 use crate::dataflow::operators::{
@@ -460,6 +460,9 @@ impl<'a> Planner<'a> {
                 )));
             }
         };
+        if let Some(condition) = crate::dataflow::asof::Condition::of(j)? {
+            return self.asof_join(j, condition, plan);
+        }
         if (left_outer || right_outer) && j.filter.is_some() {
             return Err(Error::NotSupported(
                 "outer joins whose ON has conditions beyond equalities are not supported in materialized views yet".into(),
@@ -526,6 +529,49 @@ impl<'a> Planner<'a> {
         {
             op = op.bounded(expiry, self.view_name.clone());
         }
+        Ok(self.push(Box::new(op), vec![left_node, right_node]))
+    }
+
+    fn asof_join(
+        &mut self,
+        j: &datafusion::logical_expr::Join,
+        condition: crate::dataflow::asof::Condition,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        use datafusion::logical_expr::JoinType;
+        let left_outer = match j.join_type {
+            JoinType::Inner => false,
+            JoinType::Left => true,
+            other => {
+                return Err(Error::NotSupported(format!(
+                    "an ASOF JOIN is an inner or a left join, not {other}"
+                )));
+            }
+        };
+        let side = |input: &LogicalPlan, exprs: Vec<&Expr>| -> Result<Side> {
+            let keys = exprs
+                .into_iter()
+                .map(|e| self.expr(e, input.schema()))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Side {
+                keys,
+                schema: arrow_schema(input),
+            })
+        };
+        let left = side(&j.left, condition.equal.iter().map(|p| &p.0).collect())?;
+        let right = side(&j.right, condition.equal.iter().map(|p| &p.1).collect())?;
+        let asof = Asof::new(
+            self.expr(&condition.left, j.left.schema())?,
+            self.expr(&condition.right, j.right.schema())?,
+            condition.closest,
+            &left.schema,
+        )?;
+        let left_node = self.node(&j.left)?;
+        let right_node = self.node(&j.right)?;
+        let op = Join::new(left, right, None, arrow_schema(plan))?
+            .outer(left_outer, false)
+            .appending(self.is_append_only(&j.left), self.is_append_only(&j.right))
+            .asof(asof);
         Ok(self.push(Box::new(op), vec![left_node, right_node]))
     }
 
@@ -770,8 +816,10 @@ impl<'a> Planner<'a> {
             LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.is_append_only(i)),
             // A pair of rows that never leave never leaves either; an outer
             // join retracts its padded rows.
+            // An as-of join retracts a pair when a closer partner comes.
             LogicalPlan::Join(j) => {
                 j.join_type == datafusion::logical_expr::JoinType::Inner
+                    && !crate::dataflow::asof::Condition::of(j).is_ok_and(|c| c.is_some())
                     && self.is_append_only(&j.left)
                     && self.is_append_only(&j.right)
             }

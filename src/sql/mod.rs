@@ -1,5 +1,6 @@
 //! Plans: parsing our dialect, planning through DataFusion, one handler per statement.
 
+pub mod asof;
 pub mod colnames;
 pub mod datetime;
 pub mod functions;

@@ -14,6 +14,7 @@ use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
 use crate::catalog::ObjectKind;
 use crate::error::{Error, Result};
 
+mod asof;
 mod comment;
 mod connector;
 mod cursor;
@@ -573,7 +574,7 @@ fn emit_clause(tokens: &[TokenWithSpan]) -> Result<EmitClause> {
 /// `TABLE(TUMBLE(TABLE bids, DESCRIPTOR(date_time), ...))` both become
 /// `TUMBLE('bids', 'date_time', ...)`, names passed as strings.
 pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
-    let tokens = unwrap_flink_windows(rewrite_lookups(tokens));
+    let tokens = unwrap_flink_windows(rewrite_lookups(asof::rewrite(tokens)));
     let solid: Vec<usize> = (0..tokens.len())
         .filter(|i| !is_space(&tokens[*i].token))
         .collect();

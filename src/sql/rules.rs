@@ -35,6 +35,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(datetime::datetime_in().as_ref().clone());
     ctx.register_udf(ScalarUDF::new_from_impl(IntervalKey::default()));
     ctx.register_udf(super::text::text_out().as_ref().clone());
+    ctx.register_udf(crate::dataflow::asof::marker());
     ctx.add_analyzer_rule(Arc::new(PostgresSemantics));
 }
 

@@ -57,8 +57,10 @@ use crate::dataflow::state::read_count;
 use crate::error::Result;
 use crate::state::keys::prefix_end;
 
+mod asof;
 mod memory;
 
+pub use asof::Asof;
 use memory::{FastMap, InMemory};
 
 /// One side of the join.
@@ -114,6 +116,8 @@ pub struct Join {
     schema: SchemaRef,
     /// Which sides keep their unmatched rows, padded with NULLs.
     preserve: [bool; 2],
+    /// An as-of join: each left row joins its closest right row only.
+    asof: Option<Asof>,
 }
 
 /// What a join keeps of a side in memory at most; past it the join writes
@@ -209,6 +213,7 @@ impl Join {
             checked: false,
             memory_limit: MEMORY,
             append_only: [false; 2],
+            asof: None,
         })
     }
 
@@ -501,6 +506,9 @@ impl Operator for Join {
         if let Some(residual) = &self.residual {
             out.push_str(&format!(" filter {residual}"));
         }
+        if let Some(asof) = &self.asof {
+            out.push_str(&format!(" as of closest {} {:?}", asof.right, asof.closest));
+        }
         if let Some([left, right]) = &self.expiry {
             let bound = |side: &Side, e: &Expiry| {
                 let name = side.schema.field(e.column).name().clone();
@@ -538,6 +546,9 @@ impl Operator for Join {
             self.memory = [self.start_memory(cx, 0)?, self.start_memory(cx, 1)?];
         }
         let side = input.min(1);
+        if self.asof.is_some() {
+            return self.asof_changes(side, batch, cx);
+        }
         let other = 1 - side;
         let (batch, expires) = self.expiring(side, batch, cx)?;
         let rows = batch.rows();

@@ -37,6 +37,7 @@ pub async fn plan(
         .statement_to_plan(DfStatement::Statement(Box::new(ast)))
         .await?;
     let plan = crate::sql::window::session_keys(plan)?;
+    let plan = crate::sql::asof::for_batch(plan)?;
     let plan = narrow_decimals(plan)?;
     Ok((state, plan, names))
 }
