@@ -463,11 +463,6 @@ impl<'a> Planner<'a> {
         if let Some(condition) = crate::dataflow::asof::Condition::of(j)? {
             return self.asof_join(j, condition, plan);
         }
-        if (left_outer || right_outer) && j.filter.is_some() {
-            return Err(Error::NotSupported(
-                "outer joins whose ON has conditions beyond equalities are not supported in materialized views yet".into(),
-            ));
-        }
         if j.on.is_empty() {
             return Err(Error::NotSupported(
                 "a join in a materialized view needs an equality between the two sides, like ON a.k = b.k".into(),
@@ -509,6 +504,11 @@ impl<'a> Planner<'a> {
                         .into(),
                 ));
             }
+            if left_outer && residual.is_some() {
+                return Err(Error::NotSupported(
+                    "a LEFT lookup join (FOR SYSTEM_TIME AS OF PROCTIME()) takes only equalities in its ON".into(),
+                ));
+            }
             let stream = self.node(&j.left)?;
             let lookup = Lookup {
                 table,
@@ -523,7 +523,11 @@ impl<'a> Planner<'a> {
         let mut op = Join::new(left, right, residual, arrow_schema(plan))?
             .outer(left_outer, right_outer)
             .appending(self.is_append_only(&j.left), self.is_append_only(&j.right));
-        if self.changes_while_open(&j.left)
+        // An outer join with a condition beyond its keys pads by the
+        // condition, which its unbounded path alone evaluates.
+        let outer = left_outer || right_outer;
+        if !outer
+            && self.changes_while_open(&j.left)
             && self.changes_while_open(&j.right)
             && let Some(expiry) = crate::dataflow::join_bounds::expiry(self.catalog, j)
         {

@@ -59,6 +59,7 @@ use crate::state::keys::prefix_end;
 
 mod asof;
 mod memory;
+mod residual;
 
 pub use asof::Asof;
 use memory::{FastMap, InMemory};
@@ -548,6 +549,9 @@ impl Operator for Join {
         let side = input.min(1);
         if self.asof.is_some() {
             return self.asof_changes(side, batch, cx);
+        }
+        if self.residual.is_some() && self.preserve != [false, false] && self.expiry.is_none() {
+            return self.residual_changes(side, batch, cx);
         }
         let other = 1 - side;
         let (batch, expires) = self.expiring(side, batch, cx)?;
