@@ -363,7 +363,20 @@ async fn copy_to_stdout_round_trips_through_copy_from() {
             .next(),
         Some("a,b|1")
     );
+    // A large result goes out as it is computed, every line of it.
+    let many = copy_out(
+        &client,
+        "COPY (SELECT n, repeat('x', 100) FROM generate_series(1, 300000) AS g(n)) TO STDOUT",
+    )
+    .await
+    .expect("many rows");
+    assert_eq!(many.lines().count(), 300_000);
+    assert!(many.ends_with(&format!("300000\t{}\n", "x".repeat(100))));
     for (sql, code) in [
+        (
+            "COPY (SELECT 1 / (n - 5) FROM generate_series(1, 10) AS g(n)) TO STDOUT",
+            "22012",
+        ),
         ("COPY nope TO STDOUT", "42P01"),
         ("COPY p (nope) TO STDOUT", "42703"),
         ("COPY p TO '/tmp/p.txt'", "0A000"),

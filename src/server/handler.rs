@@ -378,9 +378,9 @@ fn to_response(
         Output::Transaction { tag, begin: false } => Response::TransactionEnd(Tag::new(tag)),
         Output::CopyOutRows {
             schema,
-            batches,
+            rows,
             format,
-        } => copy_out_rows(schema, batches, format, format_options(metadata), style)?,
+        } => copy_out_rows(schema, rows.0, format, format_options(metadata), style)?,
         Output::CopyOut(_) => {
             return Err(to_pg_error(Error::Internal(
                 "a change stream reached the row encoder".into(),
@@ -439,7 +439,7 @@ fn rows_response(
 /// rows). Lines are encoded as the client reads them.
 fn copy_out_rows(
     schema: SchemaRef,
-    batches: Vec<RecordBatch>,
+    batches: impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static,
     format: CopyFormat,
     options: Arc<FormatOptions>,
     style: TextStyle,
@@ -455,11 +455,17 @@ fn copy_out_rows(
         let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         super::text::copy_header(&names, &format, &mut header);
     }
-    let rows = batches.into_iter().flat_map(move |batch| {
-        let batch = super::text::as_postgres(batch, &fields, &style);
-        rows_until_error(fields.clone(), batch)
+    let rows = batches.flat_map(move |batch| {
+        let rows: Vec<PgWireResult<_>> = match batch {
+            Ok(batch) => {
+                let batch = super::text::as_postgres(batch, &fields, &style);
+                rows_until_error(fields.clone(), batch).collect()
+            }
+            Err(e) => vec![Err(to_pg_error(Error::from(e)))],
+        };
+        stream::iter(rows)
     });
-    let lines = stream::iter(rows).map(move |row| {
+    let lines = rows.map(move |row| {
         let mut line = std::mem::take(&mut header);
         super::text::copy_line(&row?, &format, &mut line);
         Ok(CopyData::new(line.freeze()))

@@ -46,10 +46,10 @@ pub enum Output {
     Transaction { tag: &'static str, begin: bool },
     /// A change stream to send as COPY data until the client cancels.
     CopyOut(Box<subscribe::Subscription>),
-    /// Rows to send as COPY data, then `COPY n`.
+    /// Rows to send as COPY data as the query computes them, then `COPY n`.
     CopyOutRows {
         schema: SchemaRef,
-        batches: Vec<RecordBatch>,
+        rows: RowStream,
         format: handlers::copy::CopyFormat,
     },
 }
@@ -64,8 +64,7 @@ impl std::fmt::Debug for RowStream {
 }
 
 impl Output {
-    /// Streamed rows collected, for statements that keep them (cursors,
-    /// COPY TO).
+    /// Streamed rows collected, for statements that keep them (cursors).
     pub async fn collected(self) -> Result<Output> {
         use futures::TryStreamExt;
         match self {
@@ -244,6 +243,15 @@ pub async fn execute(
             rows: RowStream(until(deadline, schema.clone(), rows.0)),
             schema,
             tag,
+        }),
+        Ok(Ok(Output::CopyOutRows {
+            schema,
+            rows,
+            format,
+        })) => Ok(Output::CopyOutRows {
+            rows: RowStream(until(deadline, schema.clone(), rows.0)),
+            schema,
+            format,
         }),
         Ok(output) => output,
         Err(_) => Err(crate::Error::StatementTimeout),

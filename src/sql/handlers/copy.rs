@@ -192,14 +192,26 @@ async fn copy_to(
         }
     };
     let output = super::query::run(engine, &ast::Statement::Query(query), None).await?;
-    match output.collected().await? {
-        Output::Rows {
-            schema, batches, ..
-        } => Ok(Output::CopyOutRows {
+    match output {
+        Output::Stream { schema, rows, .. } => Ok(Output::CopyOutRows {
             schema,
-            batches,
+            rows,
             format,
         }),
+        Output::Rows {
+            schema, batches, ..
+        } => {
+            let batches = futures::stream::iter(batches.into_iter().map(Ok));
+            let rows = datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                schema.clone(),
+                batches,
+            );
+            Ok(Output::CopyOutRows {
+                schema,
+                rows: crate::session::RowStream(Box::pin(rows)),
+                format,
+            })
+        }
         _ => Err(Error::Syntax(
             "COPY (query) TO STDOUT needs a query that returns rows".into(),
         )),
