@@ -203,6 +203,7 @@ fn leading_words(tokens: &[TokenWithSpan], n: usize) -> Vec<String> {
 
 fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     depth::check(&tokens)?;
+    let tokens = character_types(tokens);
     let words = leading_words(&tokens, 4);
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
@@ -742,6 +743,38 @@ fn unwrap_flink_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     out
 }
 
+/// `CHARACTER VARYING` and `CHAR VARYING` as `VARCHAR`, `CHARACTER(n)` as
+/// `CHAR(n)`: PostgreSQL's spellings of types DataFusion knows only by
+/// their short names.
+fn character_types(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let mut out: Vec<TokenWithSpan> = Vec::with_capacity(tokens.len());
+    let mut rest = tokens.into_iter().peekable();
+    while let Some(token) = rest.next() {
+        let long = is_word(&token.token, "CHARACTER");
+        if !(long || is_word(&token.token, "CHAR")) {
+            out.push(token);
+            continue;
+        }
+        let mut gap = Vec::new();
+        while let Some(space) = rest.next_if(|t| is_space(&t.token)) {
+            gap.push(space);
+        }
+        let span = token.span;
+        match rest.peek() {
+            Some(next) if is_word(&next.token, "VARYING") => {
+                rest.next();
+                out.push(TokenWithSpan::new(Token::make_keyword("VARCHAR"), span));
+            }
+            Some(next) if long && next.token == Token::LParen => {
+                out.push(TokenWithSpan::new(Token::make_keyword("CHAR"), span));
+            }
+            _ => out.push(token),
+        }
+        out.extend(gap);
+    }
+    out
+}
+
 fn is_word(token: &Token, word: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
 }
@@ -973,6 +1006,19 @@ mod tests {
     fn multiple_statements_split_on_semicolons() {
         let all = parse("SELECT 1; SELECT ';'; ").expect("parses");
         assert_eq!(all.len(), 2);
+    }
+
+    #[test]
+    fn long_character_types_take_their_short_names() {
+        let Statement::Query(query) = one(
+            "SELECT CAST(1 AS CHARACTER VARYING), 'a'::char varying(3), CAST('b' AS CHARACTER(2))",
+        ) else {
+            panic!("a query");
+        };
+        assert_eq!(
+            query.to_string(),
+            "SELECT CAST(1 AS VARCHAR), 'a'::VARCHAR(3), CAST('b' AS CHAR(2))"
+        );
     }
 
     #[test]
