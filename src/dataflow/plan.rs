@@ -19,7 +19,7 @@ use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
-use datafusion::physical_expr::{PhysicalExpr, create_physical_expr};
+use datafusion::physical_expr::{PhysicalExpr, PhysicalSortExpr, create_physical_expr};
 use datafusion::physical_planner::create_window_expr;
 
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
@@ -30,7 +30,7 @@ use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
 use crate::dataflow::operators::join::{Asof, Join, Side};
 use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
-use crate::dataflow::operators::over::{Evaluate, Over};
+use crate::dataflow::operators::over::{Evaluate, Over, Recompute, Recomputed};
 use crate::dataflow::operators::{
     Aggregate, Filter, Materialize, Project, SessionAssign, Union, WindowAssign,
 };
@@ -190,6 +190,9 @@ impl<'a> Planner<'a> {
                     && let Some(node) = self.sliced(a, plan, close)?
                 {
                     return Ok(node);
+                }
+                if window.is_none() && !self.kept_natively(a) {
+                    return self.recompute(a, plan);
                 }
                 let input = self.node(&a.input)?;
                 let schema = a.input.schema();
@@ -910,6 +913,94 @@ impl<'a> Planner<'a> {
             arg,
             arg_type,
             accumulator: None,
+        })
+    }
+
+    /// Whether the aggregate operator keeps every aggregate of `a` by
+    /// itself.
+    fn kept_natively(&self, a: &datafusion::logical_expr::Aggregate) -> bool {
+        let append_only = self.is_append_only(&a.input);
+        a.aggr_expr
+            .iter()
+            .all(|e| self.aggregate(e, a.input.schema(), append_only).is_ok())
+    }
+
+    /// A GROUP BY whose aggregates are computed again from each group's
+    /// rows when they change (see `over::Recompute`).
+    fn recompute(
+        &mut self,
+        a: &datafusion::logical_expr::Aggregate,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        let schema = a.input.schema();
+        let append_only = self.is_append_only(&a.input);
+        let aggregates = a
+            .aggr_expr
+            .iter()
+            .map(|e| match self.recomputed(e, schema) {
+                Ok(recomputed) => Ok(recomputed),
+                // Refused as the aggregate operator refuses it, if it does.
+                Err(e2) => Err(self.aggregate(e, schema, append_only).err().unwrap_or(e2)),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let groups = a
+            .group_expr
+            .iter()
+            .map(|g| self.expr(g, schema))
+            .collect::<Result<Vec<_>>>()?;
+        let input = self.node(&a.input)?;
+        let evaluate = Evaluate::Aggregate(Recompute {
+            groups: groups.clone(),
+            aggregates,
+        });
+        let op = Over::new(groups, arrow_schema(&a.input), arrow_schema(plan), evaluate)?;
+        Ok(self.push(Box::new(op), vec![input]))
+    }
+
+    fn recomputed(&self, expr: &Expr, schema: &DFSchema) -> Result<Recomputed> {
+        let expr = match expr {
+            Expr::Alias(alias) => alias.expr.as_ref(),
+            other => other,
+        };
+        let Expr::AggregateFunction(AggregateFunction { func, params }) = expr else {
+            return Err(Error::NotSupported(format!(
+                "{expr} is not supported in a materialized view"
+            )));
+        };
+        let args = params
+            .args
+            .iter()
+            .map(|a| self.expr(a, schema))
+            .collect::<Result<Vec<_>>>()?;
+        let function = AggregateExprBuilder::new(func.clone(), args)
+            .schema(Arc::new(schema.as_arrow().clone()))
+            .alias(func.name())
+            .with_distinct(params.distinct)
+            .build()?;
+        function.create_accumulator()?;
+        let filter = params
+            .filter
+            .as_ref()
+            .map(|f| self.expr(f, schema))
+            .transpose()?;
+        let order = params
+            .order_by
+            .iter()
+            .map(|sort| {
+                let options = datafusion::arrow::compute::SortOptions {
+                    descending: !sort.asc,
+                    nulls_first: sort.nulls_first,
+                };
+                Ok(PhysicalSortExpr::new(
+                    self.expr(&sort.expr, schema)?,
+                    options,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Recomputed {
+            function: Arc::new(function),
+            filter,
+            order,
         })
     }
 

@@ -28,6 +28,10 @@ use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::read_count;
 use crate::error::Result;
 
+mod recompute;
+
+pub use recompute::{Recompute, Recomputed};
+
 /// What a partition's rows become.
 pub enum Evaluate {
     /// The input's columns, then one column per window expression.
@@ -38,7 +42,13 @@ pub enum Evaluate {
         skip: usize,
         fetch: Option<usize>,
     },
+    /// One row per partition (a group): its aggregates, computed again.
+    Aggregate(Recompute),
 }
+
+/// Marks, in state, that a global aggregate has emitted its row: no
+/// partition's length prefix is all ones.
+const STARTED: [u8; 4] = [0xff; 4];
 
 pub struct Over {
     partition: Vec<Arc<dyn PhysicalExpr>>,
@@ -50,6 +60,8 @@ pub struct Over {
     evaluate: Evaluate,
     /// This epoch's changes, per partition key, per encoded row.
     pending: HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>,
+    /// Whether a global aggregate's first row is known to be out.
+    started: bool,
 }
 
 impl Over {
@@ -72,6 +84,7 @@ impl Over {
             output,
             evaluate,
             pending: HashMap::new(),
+            started: false,
         })
     }
 
@@ -83,10 +96,31 @@ impl Over {
         out
     }
 
+    /// Whether this is a global aggregate whose one row has yet to go out
+    /// (it has one even before any input); notes that it will now.
+    fn first_global_row(&mut self, cx: &mut Context<'_>) -> Result<bool> {
+        if self.started {
+            return Ok(false);
+        }
+        self.started = true;
+        let Evaluate::Aggregate(recompute) = &self.evaluate else {
+            return Ok(false);
+        };
+        let marker = cx.key(&STARTED);
+        if !recompute.groups.is_empty() || cx.state.get(&marker)?.is_some() {
+            return Ok(false);
+        }
+        cx.state.put(marker, Vec::new());
+        Ok(true)
+    }
+
+    /// Apply a partition's changes and send how its output changed; a
+    /// `fresh` partition has sent nothing yet.
     fn settle(
         &self,
         key: &[u8],
         changes: HashMap<Vec<u8>, i64>,
+        fresh: bool,
         cx: &mut Context<'_>,
     ) -> Result<()> {
         let prefix = self.partition_prefix(cx, key);
@@ -111,6 +145,9 @@ impl Over {
         let new: Vec<(Vec<u8>, i64)> = new.into_iter().filter(|(_, n)| *n > 0).collect();
         let mut out: HashMap<Vec<u8>, i64> = HashMap::new();
         for (rows, sign) in [(old, -1), (new, 1)] {
+            if fresh && sign < 0 {
+                continue;
+            }
             let result = self.compute(&rows)?;
             let encoded = self.output_rows.convert_columns(result.columns())?;
             for row in encoded.iter() {
@@ -138,8 +175,9 @@ impl Over {
 
     /// A partition's output for its rows, each repeated as often as it occurs.
     fn compute(&self, rows: &[(Vec<u8>, i64)]) -> Result<RecordBatch> {
-        // DataFusion's window expressions fail on no rows; no rows answer nothing.
-        if rows.is_empty() {
+        // DataFusion's window expressions fail on no rows; no rows answer
+        // nothing, but for a global aggregate.
+        if rows.is_empty() && !matches!(self.evaluate, Evaluate::Aggregate(_)) {
             return Ok(RecordBatch::new_empty(self.output.clone()));
         }
         let parser = self.rows.parser();
@@ -154,6 +192,7 @@ impl Over {
         match &self.evaluate {
             Evaluate::Window(exprs) => self.windows(exprs, batch),
             Evaluate::TopN { order, skip, fetch } => top_n(order, *skip, *fetch, batch),
+            Evaluate::Aggregate(recompute) => recompute.evaluate(&batch, &self.output),
         }
     }
 
@@ -230,6 +269,7 @@ impl Operator for Over {
         match self.evaluate {
             Evaluate::Window(_) => "Over",
             Evaluate::TopN { .. } => "TopN",
+            Evaluate::Aggregate(_) => "RecomputedAggregate",
         }
     }
 
@@ -245,6 +285,12 @@ impl Operator for Over {
                     .map_or_else(String::new, |o| o.to_string());
                 format!("order by {order}, skip {skip}, fetch {fetch:?}")
             }
+            Evaluate::Aggregate(recompute) => recompute
+                .aggregates
+                .iter()
+                .map(|a| a.function.name().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
         }
     }
 
@@ -282,11 +328,15 @@ impl Operator for Over {
         _barrier: crate::dataflow::change::Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
+        let fresh = self.first_global_row(cx)?;
+        if fresh {
+            self.pending.entry(Vec::new()).or_default();
+        }
         for (key, changes) in std::mem::take(&mut self.pending) {
-            if changes.values().all(|d| *d == 0) {
+            if changes.values().all(|d| *d == 0) && !fresh {
                 continue;
             }
-            self.settle(&key, changes, cx)?;
+            self.settle(&key, changes, fresh, cx)?;
         }
         Ok(())
     }
