@@ -142,7 +142,11 @@ impl Over {
                 false => cx.state.delete(state_key),
             }
         }
-        let new: Vec<(Vec<u8>, i64)> = new.into_iter().filter(|(_, n)| *n > 0).collect();
+        let mut new: Vec<(Vec<u8>, i64)> = new.into_iter().filter(|(_, n)| *n > 0).collect();
+        // In the order of the stored rows, as `old` is: an order-sensitive
+        // result (array_agg, or row_number among ties) must come out the
+        // same from the same rows, or its retraction would miss.
+        new.sort_unstable();
         let mut out: HashMap<Vec<u8>, i64> = HashMap::new();
         for (rows, sign) in [(old, -1), (new, 1)] {
             if fresh && sign < 0 {
