@@ -20,6 +20,7 @@ mod connector;
 mod cursor;
 mod depth;
 mod precedence;
+mod using;
 
 pub use depth::MAX_DEPTH;
 
@@ -276,6 +277,7 @@ pub fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
     let mut query = parser.parse_query()?;
     expect_end(&parser)?;
     fix_distinct_from(&mut query);
+    using::nest(query.as_mut());
     Ok(query)
 }
 
@@ -295,6 +297,7 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
         }
     })?;
     fix_distinct_from(&mut statements);
+    using::nest(&mut statements);
     statements
         .iter_mut()
         .for_each(crate::sql::pg_catalog::rewrite);
@@ -524,6 +527,7 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     let mut query = parser.parse_query()?;
     expect_end(&parser)?;
     fix_distinct_from(&mut query);
+    using::nest(query.as_mut());
     // A view over the catalog fails as one (0A000), not on a function.
     crate::sql::pg_catalog::rewrite(query.as_mut());
     Ok(CreateView {

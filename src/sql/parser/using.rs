@@ -1,0 +1,196 @@
+//! `a NATURAL JOIN b NATURAL JOIN c` (or `JOIN ... USING (id)` twice) and
+//! then an unqualified `id`: PostgreSQL merges the joined columns into one
+//! at each join, DataFusion keeps each join's pair apart and then finds
+//! `id` ambiguous. So the joins before each later NATURAL or USING join are
+//! nested in a derived table of their own, `(SELECT * FROM a NATURAL JOIN
+//! b) AS ...`, whose `id` is already one column. Done only where nothing
+//! outside names the nested tables (`a.x`), which would no longer resolve.
+
+use std::collections::HashSet;
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    Expr, Ident, JoinConstraint, JoinOperator, Query, Select, SetExpr, TableAlias, TableFactor,
+    TableWithJoins, Visit, VisitMut, VisitorMut, visit_expressions,
+};
+
+/// Nest every chain of NATURAL or USING joins in `node`.
+pub fn nest<V: VisitMut>(node: &mut V) {
+    let _ = node.visit(&mut Nesting);
+}
+
+struct Nesting;
+
+impl VisitorMut for Nesting {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+        let outside = qualifiers(&query.order_by);
+        nest_set(&mut query.body, &outside);
+        ControlFlow::Continue(())
+    }
+}
+
+fn nest_set(body: &mut SetExpr, outside: &HashSet<String>) {
+    match body {
+        SetExpr::Select(select) => nest_select(select, outside),
+        SetExpr::SetOperation { left, right, .. } => {
+            nest_set(left, outside);
+            nest_set(right, outside);
+        }
+        _ => {}
+    }
+}
+
+fn nest_select(select: &mut Select, outside: &HashSet<String>) {
+    let mut named: HashSet<String> = outside.clone();
+    named.extend(qualifiers(&select.projection));
+    named.extend(qualifiers(&select.selection));
+    named.extend(qualifiers(&select.group_by));
+    named.extend(qualifiers(&select.having));
+    for (n, from) in select.from.iter_mut().enumerate() {
+        while let Some(at) = next_merging_join(from) {
+            let inner = &from.joins[..at];
+            let mut tables: Vec<String> = vec![name_of(&from.relation)];
+            tables.extend(inner.iter().map(|j| name_of(&j.relation)));
+            let later = qualifiers(&from.joins[at..].to_vec());
+            if tables
+                .iter()
+                .any(|t| t.is_empty() || named.contains(t) || later.contains(t))
+            {
+                break;
+            }
+            nest_joins(from, at, n);
+        }
+    }
+}
+
+/// The first join after the first that merges columns (NATURAL, USING).
+fn next_merging_join(from: &TableWithJoins) -> Option<usize> {
+    (1..from.joins.len()).find(|i| {
+        matches!(
+            constraint(&from.joins[*i].join_operator),
+            Some(JoinConstraint::Natural | JoinConstraint::Using(_))
+        )
+    })
+}
+
+/// `from`'s relation and its first `at` joins, as one derived table.
+fn nest_joins(from: &mut TableWithJoins, at: usize, n: usize) {
+    let placeholder = TableFactor::Table {
+        name: sqlparser::ast::ObjectName::from(vec![Ident::new("")]),
+        alias: None,
+        args: None,
+        with_hints: Vec::new(),
+        version: None,
+        with_ordinality: false,
+        partitions: Vec::new(),
+        json_path: None,
+        sample: None,
+        index_hints: Vec::new(),
+    };
+    let relation = std::mem::replace(&mut from.relation, placeholder);
+    let rest = from.joins.split_off(at);
+    let joins = std::mem::replace(&mut from.joins, rest);
+    let inner = TableWithJoins { relation, joins };
+    let sql = format!("SELECT * FROM {inner}");
+    let Ok(subquery) = super::parse_query(&sql) else {
+        return;
+    };
+    from.relation = TableFactor::Derived {
+        lateral: false,
+        subquery,
+        alias: Some(TableAlias {
+            explicit: true,
+            at: None,
+            name: Ident::new(format!("__weir_joined_{n}_{at}")),
+            columns: Vec::new(),
+        }),
+        sample: None,
+    };
+}
+
+fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
+    match op {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// The name a relation is referred to by; empty if it has none.
+fn name_of(relation: &TableFactor) -> String {
+    match relation {
+        TableFactor::Table {
+            alias: Some(alias), ..
+        }
+        | TableFactor::Derived {
+            alias: Some(alias), ..
+        } => alias.name.value.to_lowercase(),
+        TableFactor::Table { name, .. } => name
+            .0
+            .last()
+            .and_then(|part| part.as_ident())
+            .map_or(String::new(), |i| i.value.to_lowercase()),
+        _ => String::new(),
+    }
+}
+
+/// The qualifiers of every qualified column a node names (`a` of `a.x`).
+fn qualifiers<V: Visit>(node: &V) -> HashSet<String> {
+    let mut out = HashSet::new();
+    let _ = visit_expressions(node, |expr| {
+        match expr {
+            Expr::CompoundIdentifier(parts) if parts.len() > 1 => {
+                out.insert(parts[parts.len() - 2].value.to_lowercase());
+            }
+            Expr::QualifiedWildcard(name, _) => {
+                if let Some(ident) = name.0.last().and_then(|p| p.as_ident()) {
+                    out.insert(ident.value.to_lowercase());
+                }
+            }
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    fn nested(sql: &str) -> String {
+        let mut query = super::super::parse_query(sql).expect("query");
+        super::nest(query.as_mut());
+        query.to_string()
+    }
+
+    #[test]
+    fn later_merging_joins_see_one_merged_column() {
+        assert_eq!(
+            nested("SELECT id FROM a NATURAL JOIN b NATURAL JOIN c"),
+            "SELECT id FROM (SELECT * FROM a NATURAL JOIN b) AS __weir_joined_0_1 NATURAL JOIN c"
+        );
+        assert_eq!(
+            nested("SELECT id FROM a JOIN b USING (id) JOIN c USING (id) JOIN d USING (id)"),
+            "SELECT id FROM (SELECT * FROM (SELECT * FROM a JOIN b USING(id)) AS __weir_joined_0_1 \
+             JOIN c USING(id)) AS __weir_joined_0_1 JOIN d USING(id)"
+        );
+    }
+
+    #[test]
+    fn chains_whose_tables_are_named_outside_stay() {
+        for sql in [
+            "SELECT a.x FROM a NATURAL JOIN b NATURAL JOIN c",
+            "SELECT id FROM a NATURAL JOIN b NATURAL JOIN c ORDER BY b.y",
+            "SELECT id FROM a JOIN b ON a.k = b.k JOIN c ON c.k = a.k",
+            "SELECT id FROM a NATURAL JOIN b JOIN c ON c.k = b.k",
+        ] {
+            assert_eq!(nested(sql), sql, "{sql}");
+        }
+    }
+}
