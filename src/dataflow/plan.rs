@@ -283,6 +283,9 @@ impl<'a> Planner<'a> {
                 "an IN, EXISTS or EXCEPT in a materialized view must keep at least one column of its query".into(),
             ));
         }
+        if !anti && j.filter.is_some() && unique_on(other, j.on.iter().map(|p| pick(p).1)) {
+            return self.unique_semi_join(j, kept, plan);
+        }
         if j.filter.is_some() || j.on.is_empty() {
             return Err(Error::NotSupported(
                 "IN and EXISTS subqueries in a materialized view need equalities only between the query and the subquery, like WHERE a.k IN (SELECT k FROM b)".into(),
@@ -350,6 +353,55 @@ impl<'a> Planner<'a> {
             .iter()
             .enumerate()
             .map(|(i, f)| Arc::new(PhysicalColumn::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+            .collect();
+        Ok(self.push(
+            Box::new(Project::new(columns, arrow_schema(plan))),
+            vec![node],
+        ))
+    }
+
+    /// A semi join whose other side holds one row per join key at most (an
+    /// inner join DataFusion turned into one, its other side's columns
+    /// unused): the inner join, with its condition, of the two sides, and
+    /// the kept side's columns of each pair.
+    fn unique_semi_join(
+        &mut self,
+        j: &datafusion::logical_expr::Join,
+        kept: &LogicalPlan,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        let both = j.left.schema().join(j.right.schema())?;
+        let side = |input: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| -> Result<Side> {
+            let keys =
+                j.on.iter()
+                    .map(|pair| self.expr(pick(pair), input.schema()))
+                    .collect::<Result<Vec<_>>>()?;
+            Ok(Side {
+                keys,
+                schema: arrow_schema(input),
+            })
+        };
+        let left = side(&j.left, |p| &p.0)?;
+        let right = side(&j.right, |p| &p.1)?;
+        let residual = j.filter.as_ref().map(|f| self.expr(f, &both)).transpose()?;
+        let left_node = self.node(&j.left)?;
+        let right_node = self.node(&j.right)?;
+        let joined = Arc::new(both.as_arrow().clone());
+        let op = Join::new(left, right, residual, joined)?
+            .appending(self.is_append_only(&j.left), self.is_append_only(&j.right));
+        let node = self.push(Box::new(op), vec![left_node, right_node]);
+        let offset = match std::ptr::eq(kept, j.left.as_ref()) {
+            true => 0,
+            false => j.left.schema().fields().len(),
+        };
+        let columns = kept
+            .schema()
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                Arc::new(PhysicalColumn::new(f.name(), offset + i)) as Arc<dyn PhysicalExpr>
+            })
             .collect();
         Ok(self.push(
             Box::new(Project::new(columns, arrow_schema(plan))),
@@ -1095,6 +1147,22 @@ fn closes_at_root(plan: &LogicalPlan) -> bool {
 fn groups_anywhere(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Aggregate(_) | LogicalPlan::Distinct(_))
         || plan.inputs().into_iter().any(groups_anywhere)
+}
+
+/// Whether `plan` holds one row per value of `keys` at most: its unique
+/// columns are among them.
+fn unique_on<'e>(plan: &LogicalPlan, keys: impl Iterator<Item = &'e Expr>) -> bool {
+    let Some(unique) = unique_key(plan) else {
+        return false;
+    };
+    let schema = plan.schema();
+    let keyed: Vec<usize> = keys
+        .filter_map(|k| match k {
+            Expr::Column(c) => schema.index_of_column(c).ok(),
+            _ => None,
+        })
+        .collect();
+    !unique.is_empty() && unique.iter().all(|u| keyed.contains(u))
 }
 
 /// An aggregate's group columns, if the plan ends in one (possibly under a

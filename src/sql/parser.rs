@@ -584,6 +584,8 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         .filter(|i| !is_space(&tokens[*i].token))
         .collect();
     let mut out = tokens.clone();
+    // Aliases to insert after a call: the window keeps its table's name.
+    let mut aliases: Vec<(usize, String)> = Vec::new();
     for (n, &at) in solid.iter().enumerate() {
         let is_call = is_window_function(&tokens[at].token)
             && solid
@@ -611,11 +613,59 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                 } else {
                     w.value.to_lowercase()
                 };
+                if offset == 2
+                    && let Some(close) = closing_paren(&tokens, solid[n + 1])
+                    && !has_alias(&tokens, close + 1)
+                {
+                    aliases.push((close + 1, name.clone()));
+                }
                 out[arg].token = Token::SingleQuotedString(name);
             }
         }
     }
+    for (at, name) in aliases.into_iter().rev() {
+        let span = out[at - 1].span;
+        let alias = [
+            Token::Whitespace(sqlparser::tokenizer::Whitespace::Space),
+            Token::make_keyword("AS"),
+            Token::Whitespace(sqlparser::tokenizer::Whitespace::Space),
+            Token::make_word(&name, Some('"')),
+        ];
+        out.splice(at..at, alias.map(|t| TokenWithSpan::new(t, span)));
+    }
     out
+}
+
+/// The parenthesis that closes the one at `open`.
+fn closing_paren(tokens: &[TokenWithSpan], open: usize) -> Option<usize> {
+    let mut depth = 0;
+    for (i, t) in tokens.iter().enumerate().skip(open) {
+        match t.token {
+            Token::LParen => depth += 1,
+            Token::RParen => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a relation ending before `from` is followed by an alias
+/// (`AS x`, or a name that is no keyword).
+fn has_alias(tokens: &[TokenWithSpan], from: usize) -> bool {
+    let next = tokens[from..].iter().find(|t| !is_space(&t.token));
+    match next.map(|t| &t.token) {
+        Some(Token::Word(w)) => {
+            w.keyword == sqlparser::keywords::Keyword::AS
+                || w.keyword == sqlparser::keywords::Keyword::NoKeyword
+                || w.quote_style.is_some()
+        }
+        _ => false,
+    }
 }
 
 /// `t FOR SYSTEM_TIME AS OF PROCTIME()` in FROM becomes the table function

@@ -258,7 +258,9 @@ fn group_columns(
 fn reads_a_bound(expr: &Expr, scan: &TableScan, window: &WindowTable) -> bool {
     let schema = scan.projected_schema.as_ref();
     expr.column_refs().into_iter().any(|c| {
-        let Ok(at) = schema.index_of_column(c) else {
+        // By name: an alias over the window (`HOP(bids, ...)` keeps the
+        // name `bids`) qualifies the columns otherwise than the scan.
+        let Some(at) = schema.fields().iter().position(|f| f.name() == &c.name) else {
             return true;
         };
         let in_window = scan.projection.as_ref().map_or(at, |p| p[at]);
