@@ -183,6 +183,9 @@ fn session_context(
     let options = config.options_mut();
     options.sql_parser.map_string_types_to_utf8view = false;
     options.sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+    // `0.908` is a numeric in PostgreSQL, not a double: `0.908 * price`
+    // prints `1761.520`, exactly.
+    options.sql_parser.parse_float_as_decimal = true;
     // TIMESTAMPTZ and now() carry a zone, so they print with their offset.
     options.execution.time_zone = Some("+00:00".into());
     let ctx = SessionContext::new_with_config(config);

@@ -204,7 +204,7 @@ fn leading_words(tokens: &[TokenWithSpan], n: usize) -> Vec<String> {
 
 fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     depth::check(&tokens)?;
-    let tokens = character_types(tokens);
+    let tokens = plain_numbers(character_types(tokens));
     let words = leading_words(&tokens, 4);
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
@@ -797,6 +797,48 @@ fn unwrap_flink_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     out
 }
 
+/// Numbers written with an exponent (`1e15`, `2.5E-3`) in plain digits:
+/// literals with a fraction are numerics, as in PostgreSQL, and DataFusion
+/// reads an exponent into a numeric wrongly (`1e15` became
+/// 999999999999999.9 as a double).
+fn plain_numbers(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    for token in &mut tokens {
+        if let Token::Number(text, long) = &token.token
+            && let Some(plain) = without_exponent(text)
+        {
+            token.token = Token::Number(plain, *long);
+        }
+    }
+    tokens
+}
+
+fn without_exponent(text: &str) -> Option<String> {
+    let (mantissa, exponent) = text.split_once(['e', 'E'])?;
+    let exponent: i64 = exponent.parse().ok()?;
+    if exponent.abs() > 100 || mantissa.is_empty() {
+        return None;
+    }
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = format!("{whole}{fraction}");
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let point = whole.len() as i64 + exponent;
+    let plain = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        let (int, frac) = digits.split_at(point as usize);
+        format!("{int}.{frac}")
+    };
+    let trimmed = plain.trim_start_matches('0');
+    Some(match trimmed.starts_with('.') || trimmed.is_empty() {
+        true => format!("0{trimmed}"),
+        false => trimmed.to_string(),
+    })
+}
+
 /// `CHARACTER VARYING` and `CHAR VARYING` as `VARCHAR`, `CHARACTER(n)` as
 /// `CHAR(n)`: PostgreSQL's spellings of types DataFusion knows only by
 /// their short names.
@@ -1073,6 +1115,24 @@ mod tests {
             query.to_string(),
             "SELECT CAST(1 AS VARCHAR), 'a'::VARCHAR(3), CAST('b' AS CHAR(2))"
         );
+    }
+
+    #[test]
+    fn exponents_are_written_out() {
+        for (text, plain) in [
+            ("1e15", "1000000000000000"),
+            ("2.5E-3", "0.0025"),
+            ("1.25e1", "12.5"),
+            ("0.5e0", "0.5"),
+            ("12e-1", "1.2"),
+        ] {
+            assert_eq!(
+                super::without_exponent(text).as_deref(),
+                Some(plain),
+                "{text}"
+            );
+        }
+        assert_eq!(super::without_exponent("15"), None);
     }
 
     #[test]
