@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
 use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
@@ -518,9 +518,9 @@ impl<'a> Planner<'a> {
         if let Some(condition) = crate::dataflow::asof::Condition::of(j)? {
             return self.asof_join(j, condition, plan);
         }
-        if j.on.is_empty() {
+        if j.on.is_empty() && self.lookup(&j.right)?.is_some() {
             return Err(Error::NotSupported(
-                "a join in a materialized view needs an equality between the two sides, like ON a.k = b.k".into(),
+                "a lookup join in a materialized view needs an equality between the two sides, like ON a.k = b.k".into(),
             ));
         }
         if j.null_equality == NullEquality::NullEqualsNull {
@@ -535,6 +535,12 @@ impl<'a> Planner<'a> {
             ));
         }
         let keys = |side: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| {
+            if j.on.is_empty() {
+                // No equality: every row under one key, pairs found by the
+                // condition alone (a nested-loop join).
+                let one = datafusion::physical_expr::expressions::lit(ScalarValue::Int32(Some(0)));
+                return Ok(vec![one]);
+            }
             j.on.iter()
                 .map(|pair| self.expr(pick(pair), side.schema()))
                 .collect::<Result<Vec<_>>>()
@@ -573,6 +579,10 @@ impl<'a> Planner<'a> {
             let op = LookupJoin::new(left, lookup, residual, arrow_schema(plan), left_outer)?;
             return Ok(self.push(Box::new(op), vec![stream]));
         }
+        let columnless = left.schema.fields().is_empty() || right.schema.fields().is_empty();
+        if columnless {
+            return self.columnless_join(j, left, right, residual, plan);
+        }
         let left_node = self.node(&j.left)?;
         let right_node = self.node(&j.right)?;
         let mut op = Join::new(left, right, residual, arrow_schema(plan))?
@@ -589,6 +599,59 @@ impl<'a> Planner<'a> {
             op = op.bounded(expiry, self.view_name.clone());
         }
         Ok(self.push(Box::new(op), vec![left_node, right_node]))
+    }
+
+    /// A join of which a side reads no column (`SELECT count(*) FROM a
+    /// CROSS JOIN b`): the join holds whole rows, so such a side gets a
+    /// constant column for the join, dropped after it.
+    fn columnless_join(
+        &mut self,
+        j: &datafusion::logical_expr::Join,
+        mut left: Side,
+        mut right: Side,
+        residual: Option<Arc<dyn PhysicalExpr>>,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        use datafusion::logical_expr::JoinType;
+        if residual.is_some() || j.join_type != JoinType::Inner {
+            return Err(Error::NotSupported(
+                "a join in a materialized view that reads no column of one side takes no condition and is an inner join".into(),
+            ));
+        }
+        let mut nodes = [self.node(&j.left)?, self.node(&j.right)?];
+        let mut kept: Vec<usize> = Vec::new();
+        let mut at = 0;
+        for (n, side) in [&mut left, &mut right].into_iter().enumerate() {
+            if side.schema.fields().is_empty() {
+                let one = datafusion::arrow::datatypes::Field::new("one", DataType::Int32, false);
+                side.schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![one]));
+                let constant =
+                    datafusion::physical_expr::expressions::lit(ScalarValue::Int32(Some(1)));
+                let project = Project::new(vec![constant], side.schema.clone());
+                nodes[n] = self.push(Box::new(project), vec![nodes[n]]);
+                at += 1;
+                continue;
+            }
+            kept.extend(at..at + side.schema.fields().len());
+            at += side.schema.fields().len();
+        }
+        let fields: Vec<_> = [&left.schema, &right.schema]
+            .iter()
+            .flat_map(|s| s.fields().iter().cloned())
+            .collect();
+        let joined = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let op = Join::new(left, right, None, joined.clone())?;
+        let node = self.push(Box::new(op), nodes.to_vec());
+        let columns = kept
+            .into_iter()
+            .map(|i| {
+                Arc::new(PhysicalColumn::new(joined.field(i).name(), i)) as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        Ok(self.push(
+            Box::new(Project::new(columns, arrow_schema(plan))),
+            vec![node],
+        ))
     }
 
     fn asof_join(
