@@ -236,10 +236,22 @@ class Tally:
     failures: list = field(default_factory=list)
 
 
+def start_node(binary: str, attempts: int = 3) -> Node:
+    """A fresh node; another try on another port if one fails to start
+    (a port taken between choosing and binding it)."""
+    for attempt in range(attempts):
+        try:
+            return Node(binary)
+        except psycopg.OperationalError:
+            if attempt + 1 == attempts:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_file(binary: str, path: str, timeout: float) -> Tally:
     tally = Tally()
     records = parse_file(path)
-    node = Node(binary)
+    node = start_node(binary)
     started = time.time()
     refused: set[str] = set()
     try:
