@@ -20,6 +20,7 @@ mod connector;
 mod cursor;
 mod depth;
 mod precedence;
+mod srf;
 mod using;
 
 pub use depth::MAX_DEPTH;
@@ -278,6 +279,7 @@ pub fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
     expect_end(&parser)?;
     fix_distinct_from(&mut query);
     using::nest(query.as_mut());
+    srf::unnest(query.as_mut());
     Ok(query)
 }
 
@@ -298,6 +300,7 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
     })?;
     fix_distinct_from(&mut statements);
     using::nest(&mut statements);
+    srf::unnest(&mut statements);
     statements
         .iter_mut()
         .for_each(crate::sql::pg_catalog::rewrite);
@@ -528,6 +531,7 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     expect_end(&parser)?;
     fix_distinct_from(&mut query);
     using::nest(query.as_mut());
+    srf::unnest(query.as_mut());
     // A view over the catalog fails as one (0A000), not on a function.
     crate::sql::pg_catalog::rewrite(query.as_mut());
     Ok(CreateView {
