@@ -5,6 +5,7 @@ mod copyout;
 pub mod frames;
 mod handler;
 pub mod http;
+mod scram;
 mod text;
 mod threads;
 
@@ -13,6 +14,7 @@ use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{FutureExt, SinkExt, StreamExt};
@@ -49,6 +51,7 @@ pub async fn run(
     let handlers = Arc::new(Handlers::new(engine.clone()));
     let threads = threads::ConnectionThreads::start()?;
     let mut connections = JoinSet::new();
+    let open = Arc::new(AtomicUsize::new(0));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -73,13 +76,15 @@ pub async fn run(
                     }
                 };
                 Metrics::add(&engine.metrics.connections, 1);
+                let slot = Slot::take(&open, engine.config.max_connections);
                 let handlers = handlers.clone();
                 let watched = socket.try_clone().ok().map(std::os::fd::OwnedFd::from);
                 threads.spawn(&mut connections, watched, async move {
                     let sockets = handlers.sockets.clone();
                     // The loop catches panics while it serves messages; this
                     // catches the rest, so the socket is always unregistered.
-                    match AssertUnwindSafe(serve(socket, handlers)).catch_unwind().await {
+                    let full = slot.is_none();
+                    match AssertUnwindSafe(serve(socket, handlers, full)).catch_unwind().await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
                             tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
@@ -87,6 +92,7 @@ pub async fn run(
                         Err(_) => tracing::error!(peer = %peer, "connection task panicked"),
                     }
                     sockets.closed(&peer);
+                    drop(slot);
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -108,6 +114,28 @@ pub async fn run(
     Ok(())
 }
 
+/// One of the `max_connections` a node serves at once, given back when
+/// its connection ends, however it ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A slot, or `None` when all are taken. Connections are accepted on
+    /// one task, so the count cannot move between the check and the add.
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if open.load(Ordering::Relaxed) >= max {
+            return None;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        Some(Slot(open.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// How long a client has to finish its startup (pgwire's value).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -120,17 +148,19 @@ type Connection<S> = Framed<FrameGuard<MaybeTls>, PgWireMessageServerCodec<S>>;
 
 /// Serve one connection on the runtime polling this future, whose reactor
 /// then watches the socket. pgwire's `process_socket`, with the frame guard
-/// under its codec and panics caught per message.
+/// under its codec and panics caught per message. A connection beyond
+/// `max_connections` (`full`) is told so after its startup packet.
 async fn serve<H: PgWireServerHandlers>(
     socket: std::net::TcpStream,
     handlers: H,
+    full: bool,
 ) -> io::Result<()> {
     let socket = TcpStream::from_std(socket)?;
     let startup = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup);
     let negotiated = tokio::select! {
         _ = &mut startup => return Ok(()),
-        negotiated = negotiate(socket, None) => negotiated?,
+        negotiated = negotiate(socket) => negotiated?,
     };
     let Some(mut connection) = negotiated else {
         return Ok(());
@@ -142,6 +172,7 @@ async fn serve<H: PgWireServerHandlers>(
         copy: handlers.copy_handler(),
         cancel: handlers.cancel_handler(),
         error: handlers.error_handler(),
+        full,
     };
     callbacks.serve_messages(&mut connection, startup).await
 }
@@ -149,10 +180,7 @@ async fn serve<H: PgWireServerHandlers>(
 /// Answer the client's SSLRequest and GSSENCRequest: 'N' to both while no
 /// TLS is configured, so the client goes on in plain text. `None` when the
 /// connection ended during it.
-async fn negotiate<S>(
-    socket: TcpStream,
-    tls: Option<pgwire::tokio::TlsAcceptor>,
-) -> io::Result<Option<Connection<S>>> {
+async fn negotiate<S>(socket: TcpStream) -> io::Result<Option<Connection<S>>> {
     let client = DefaultClient::new(socket.peer_addr()?, false);
     let guarded = FrameGuard::new(MaybeTls::Plain(socket));
     let mut connection = Framed::new(guarded, PgWireMessageServerCodec::new(client));
@@ -164,9 +192,6 @@ async fn negotiate<S>(
                     // out of the guard, refusing any bytes the client sent
                     // after the request (CVE-2021-23214); weir has no
                     // acceptor yet.
-                    if let Some(tls) = &tls {
-                        match *tls {}
-                    }
                     PgWireBackendMessage::SslResponse(SslResponse::Refuse)
                 }
                 SslNegotiationMetaMessage::PostgresGss(_) => {
@@ -203,6 +228,8 @@ struct Callbacks<A, Q, EQ, C, CR, E> {
     copy: Arc<C>,
     cancel: Arc<CR>,
     error: Arc<E>,
+    /// Beyond `max_connections`: refuse the startup packet.
+    full: bool,
 }
 
 impl<A, Q, EQ, C, CR, E> Callbacks<A, Q, EQ, C, CR, E>
@@ -284,6 +311,15 @@ where
             }
             // The client is leaving and may wait for the socket to close.
             Some(Ok(PgWireFrontendMessage::Terminate(_))) => return Ok(Step::End),
+            Some(Ok(PgWireFrontendMessage::Startup(_))) if self.full => {
+                let info = ErrorInfo::new(
+                    "FATAL".to_string(),
+                    "53300".to_string(),
+                    "sorry, too many clients already".to_string(),
+                );
+                farewell(connection, info).await;
+                return Ok(Step::End);
+            }
             Some(Ok(message)) => message,
         };
         let is_extended_query = match connection.state() {
@@ -302,6 +338,14 @@ where
         .await;
         if let Err(mut e) = processed {
             self.error.on_error(connection, &mut e);
+            // A FATAL error (a failed login) ends the connection without
+            // the ReadyForQuery pgwire would send after it.
+            let info = ErrorInfo::from(e);
+            if info.is_fatal() {
+                farewell(connection, info).await;
+                return Ok(Step::End);
+            }
+            let e = PgWireError::UserError(Box::new(info));
             process_error(connection, e, is_extended_query).await?;
         }
         Ok(Step::Continue)
@@ -401,7 +445,7 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
                 let socket = socket.into_std().expect("std socket");
-                tokio::spawn(serve(socket, Handlers));
+                tokio::spawn(serve(socket, Handlers, false));
             }
         });
         let bystander = client(port).await;

@@ -19,6 +19,7 @@ mod connector;
 mod cursor;
 mod depth;
 mod precedence;
+mod role;
 
 pub use depth::MAX_DEPTH;
 
@@ -27,6 +28,7 @@ pub use precedence::fix_distinct_from;
 pub use comment::Comment;
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
+pub use role::RoleOptions;
 
 /// One parsed statement.
 #[derive(Debug, Clone)]
@@ -88,6 +90,15 @@ pub enum Statement {
     CreateSink(CreateSink),
     /// `COMMENT ON ... IS ...`.
     Comment(Comment),
+    /// `CREATE ROLE | USER`.
+    CreateRole(RoleOptions),
+    /// `ALTER ROLE | USER`: the attributes given change, the rest stay.
+    AlterRole(RoleOptions),
+    /// `DROP ROLE | USER [IF EXISTS] name, ...`.
+    DropRole {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -241,6 +252,9 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
             "{} is not supported yet",
             words[..w.len().min(3)].join(" ")
         ))),
+        ["CREATE", "ROLE" | "USER", ..] => role::create(tokens),
+        ["ALTER", "ROLE" | "USER", ..] => role::alter(tokens),
+        ["DROP", "ROLE" | "USER", ..] => role::drop(&tokens),
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
         ["COMMENT", "ON", ..] => comment::comment(tokens),
         ["SET", ..] => set(&tokens),

@@ -8,6 +8,7 @@ mod csv;
 pub mod ddl;
 pub mod insert;
 pub mod query;
+pub mod role;
 pub mod show;
 pub mod subscribe;
 
@@ -104,6 +105,9 @@ pub async fn dispatch(
         }
         Statement::ExplainView { create, dot } => create_mv::explain(engine, create, dot).await,
         Statement::Comment(c) => comment::comment(engine, c),
+        Statement::CreateRole(options) => role::create(engine, session, options),
+        Statement::AlterRole(options) => role::alter(engine, session, options),
+        Statement::DropRole { names, if_exists } => role::drop(engine, session, names, if_exists),
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
 }
@@ -174,6 +178,9 @@ pub async fn describe(
         | Statement::CreateSubscription { .. }
         | Statement::CreateSink(_)
         | Statement::Comment(_)
+        | Statement::CreateRole(_)
+        | Statement::AlterRole(_)
+        | Statement::DropRole { .. }
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }
