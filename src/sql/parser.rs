@@ -18,6 +18,7 @@ mod comment;
 mod connector;
 mod cursor;
 mod depth;
+mod grant;
 mod precedence;
 mod role;
 
@@ -28,6 +29,7 @@ pub use precedence::fix_distinct_from;
 pub use comment::Comment;
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
+pub use grant::Grant;
 pub use role::RoleOptions;
 
 /// One parsed statement.
@@ -90,6 +92,8 @@ pub enum Statement {
     CreateSink(CreateSink),
     /// `COMMENT ON ... IS ...`.
     Comment(Comment),
+    /// `GRANT` or `REVOKE` on relations.
+    Grant(Grant),
     /// `CREATE ROLE | USER`.
     CreateRole(RoleOptions),
     /// `ALTER ROLE | USER`: the attributes given change, the rest stay.
@@ -252,6 +256,7 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
             "{} is not supported yet",
             words[..w.len().min(3)].join(" ")
         ))),
+        ["GRANT" | "REVOKE", ..] => grant::grant(tokens),
         ["CREATE", "ROLE" | "USER", ..] => role::create(tokens),
         ["ALTER", "ROLE" | "USER", ..] => role::alter(tokens),
         ["DROP", "ROLE" | "USER", ..] => role::drop(&tokens),

@@ -92,8 +92,17 @@ pub fn drop(
                 "the bootstrap superuser weir cannot be dropped".into(),
             ));
         }
+        let owned = engine.catalog.owned_by(name);
+        if !owned.is_empty() {
+            return Err(Error::DependentObjects {
+                kind: "role",
+                name: name.clone(),
+                dependents: owned.iter().map(|o| format!("owner of {o}")).collect(),
+            });
+        }
     }
     for name in names {
+        engine.catalog.revoke_all_from(&name)?;
         if !engine.catalog.drop_role(&name)? {
             session.notice(format!("role \"{name}\" does not exist, skipping"));
         }

@@ -352,8 +352,13 @@ impl Computed {
         columns[at("relkind")?] = Arc::new(StringArray::from(relkind));
         columns[at("relowner")?] = Arc::new(Int32Array::from(vec![ROLE_OID; class.num_rows()]));
         columns[at("relam")?] = Arc::new(relam);
-        let acl = self.schema.field(columns.len()).data_type();
-        columns.push(new_null_array(acl, class.num_rows()));
+        let acls = (0..class.num_rows())
+            .map(|i| {
+                let object = relations.get(&oids.value(i))?;
+                self.catalog.acl(object.id()).items(ROLE)
+            })
+            .collect();
+        columns.push(Arc::new(text_lists(acls)));
         columns.push(Arc::new(text_lists(options)));
         columns[at("oid")?] = Arc::new(self.fixed_oids(state, &class).await?);
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
