@@ -41,6 +41,17 @@ pub struct Config {
     pub auth: Auth,
     /// Connections served at once; more are refused with 53300. Default 1000.
     pub max_connections: usize,
+    /// TLS for pgwire: a PEM certificate chain and its private key. Default none.
+    pub tls: Option<Tls>,
+}
+
+/// `--tls-cert`, `--tls-key` and `--tls-required`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Refuse clients that do not ask for TLS.
+    pub required: bool,
 }
 
 /// How clients are let in.
@@ -129,6 +140,7 @@ impl Default for Config {
             fsync: true,
             auth: Auth::LoopbackTrust,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: None,
         }
     }
 }
@@ -151,6 +163,9 @@ pub struct Overrides {
     /// `--password-file`: a file whose first line is that password.
     pub password_file: Option<PathBuf>,
     pub max_connections: Option<usize>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_required: Option<bool>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -169,6 +184,9 @@ struct FileConfig {
     auth: Option<AuthMethod>,
     password_file: Option<PathBuf>,
     max_connections: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_required: Option<bool>,
 }
 
 impl Config {
@@ -181,6 +199,7 @@ impl Config {
         let defaults = Config::default();
         let barrier_ms = overrides.barrier_interval_ms.or(file.barrier_interval_ms);
         let auth = auth(&overrides, &file)?;
+        let tls = tls(&overrides, &file)?;
         let config = Config {
             listen: overrides.listen.or(file.listen).unwrap_or(defaults.listen),
             http_listen: overrides
@@ -218,6 +237,7 @@ impl Config {
                 .or(file.max_connections)
                 .unwrap_or(defaults.max_connections),
             auth,
+            tls,
         };
         if config.auth == Auth::LoopbackTrust && !config.listen.ip().is_loopback() {
             return Err(Error::Config(format!(
@@ -271,6 +291,30 @@ fn auth(overrides: &Overrides, file: &FileConfig) -> Result<Auth> {
         )),
         (_, Some(password)) => Ok(Auth::Password(password)),
         (None, None) => Ok(Auth::LoopbackTrust),
+    }
+}
+
+/// The certificate and key, both or neither; `--tls-required` needs them.
+fn tls(overrides: &Overrides, file: &FileConfig) -> Result<Option<Tls>> {
+    let cert = overrides.tls_cert.clone().or(file.tls_cert.clone());
+    let key = overrides.tls_key.clone().or(file.tls_key.clone());
+    let required = overrides
+        .tls_required
+        .or(file.tls_required)
+        .unwrap_or(false);
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(Tls {
+            cert,
+            key,
+            required,
+        })),
+        (None, None) if !required => Ok(None),
+        (None, None) => Err(Error::Config(
+            "--tls-required needs --tls-cert FILE and --tls-key FILE".into(),
+        )),
+        _ => Err(Error::Config(
+            "TLS needs both --tls-cert FILE and --tls-key FILE".into(),
+        )),
     }
 }
 
@@ -348,6 +392,27 @@ mod tests {
         };
         let config = Config::resolve(overrides, None).expect("resolve");
         assert_eq!(config.auth, Auth::Password(Secret::new("from-file".into())));
+    }
+
+    #[test]
+    fn tls_needs_a_certificate_and_its_key() {
+        let half = Overrides {
+            tls_cert: Some(PathBuf::from("cert.pem")),
+            ..Overrides::default()
+        };
+        assert!(Config::resolve(half, None).is_err());
+        let required = Overrides {
+            tls_required: Some(true),
+            ..Overrides::default()
+        };
+        assert!(Config::resolve(required, None).is_err());
+        let both = Overrides {
+            tls_cert: Some(PathBuf::from("cert.pem")),
+            tls_key: Some(PathBuf::from("key.pem")),
+            ..Overrides::default()
+        };
+        let tls = Config::resolve(both, None).expect("resolve").tls;
+        assert_eq!(tls.map(|t| t.required), Some(false));
     }
 
     #[test]

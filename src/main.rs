@@ -86,6 +86,15 @@ struct ServeArgs {
     /// Connections served at once; more get SQLSTATE 53300 [default: 1000]
     #[arg(long, env = "WEIR_MAX_CONNECTIONS", value_name = "N")]
     max_connections: Option<usize>,
+    /// PEM certificate chain for TLS on the pgwire port (with --tls-key)
+    #[arg(long, env = "WEIR_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the TLS certificate
+    #[arg(long, env = "WEIR_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS (SQLSTATE 28000)
+    #[arg(long, env = "WEIR_TLS_REQUIRED")]
+    tls_required: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -120,6 +129,9 @@ fn main() -> anyhow::Result<()> {
             .map(Secret::new),
         password_file: args.password_file,
         max_connections: args.max_connections,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_required: args.tls_required.then_some(true),
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
