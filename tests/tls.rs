@@ -46,6 +46,48 @@ fn psql_with_password(port: u16, sslmode: &str, sql: &str, password: &str) -> (b
     (output.status.success(), text)
 }
 
+/// Run `COPY (SUBSCRIBE t) TO STDOUT` in psql over TLS until every one of
+/// `wanted` has arrived, then cancel it as Ctrl-C does; what psql printed.
+fn follow_until(port: u16, wanted: &[&str]) -> String {
+    use std::io::BufRead;
+    // Line-buffered: psql's stdout is a pipe here, and the stream does
+    // not end by itself to flush it.
+    let mut child = Command::new("stdbuf")
+        .args(["-oL", "psql"])
+        .arg(format!(
+            "host=127.0.0.1 port={port} user=weir dbname=weir sslmode=require"
+        ))
+        .args(["-X", "-A", "-t", "-c", "COPY (SUBSCRIBE t) TO STDOUT"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    let pid = child.id().to_string();
+    // A stream that never delivers would block the read below for ever.
+    let watchdog_pid = pid.clone();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .is_err()
+        {
+            let _ = Command::new("kill").args(["-KILL", &watchdog_pid]).status();
+        }
+    });
+    let mut out = String::new();
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    while !wanted.iter().all(|w| out.contains(w)) {
+        match lines.next() {
+            Some(Ok(line)) => out.push_str(&(line + "\n")),
+            _ => break,
+        }
+    }
+    let _ = Command::new("kill").args(["-INT", &pid]).status();
+    let output = child.wait_with_output().expect("psql ends");
+    let _ = done.send(());
+    out + &String::from_utf8_lossy(&output.stderr)
+}
+
 #[test]
 fn a_client_that_asks_for_tls_gets_it() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -56,6 +98,13 @@ fn a_client_that_asks_for_tls_gets_it() {
     // \conninfo says how the connection is protected.
     let (ok, out) = psql(server.port, "require", "\\conninfo");
     assert!(ok && out.contains("SSL connection"), "{out}");
+    // A change stream's rows go through TLS too: they must not be written
+    // to the raw socket beside it. psql's cancel (SIGINT) ends the stream.
+    let setup = "CREATE TABLE t (v INT); INSERT INTO t VALUES (41), (42); FLUSH";
+    let (ok, out) = psql(server.port, "require", setup);
+    assert!(ok, "{out}");
+    let rows = follow_until(server.port, &["41", "42"]);
+    assert!(rows.contains("41") && rows.contains("42"), "{rows}");
     // Without --tls-required a plain client is still served.
     let (ok, out) = psql(server.port, "disable", "SELECT 2");
     assert!(ok && out.trim() == "2", "{out}");
