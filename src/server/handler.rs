@@ -300,7 +300,17 @@ impl Startup {
             .feed(PgWireBackendMessage::Authentication(Authentication::Ok))
             .await?;
         let defaults = DefaultServerParameterProvider::default();
-        for (name, value) in defaults.server_parameters(client).unwrap_or_default() {
+        let mut parameters = defaults.server_parameters(client).unwrap_or_default();
+        // pgwire says every user is a superuser; psql's prompt and clients
+        // read it.
+        let superuser = self
+            .engine
+            .catalog
+            .role(&user_of(client))
+            .is_some_and(|role| role.superuser);
+        let superuser = if superuser { "on" } else { "off" };
+        parameters.insert("is_superuser".to_string(), superuser.to_string());
+        for (name, value) in parameters {
             client
                 .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
                     name, value,
