@@ -36,7 +36,83 @@ pub struct Config {
     /// Sync every commit to disk before acknowledging it. Default on; off
     /// only to measure what it costs.
     pub fsync: bool,
+    /// Who may connect. Default: a password check when the bootstrap
+    /// superuser has a password, else anyone, on a loopback address only.
+    pub auth: Auth,
+    /// Connections served at once; more are refused with 53300. Default 1000.
+    pub max_connections: usize,
+    /// TLS for pgwire: a PEM certificate chain and its private key. Default none.
+    pub tls: Option<Tls>,
 }
+
+/// `--tls-cert`, `--tls-key` and `--tls-required`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Refuse clients that do not ask for TLS.
+    pub required: bool,
+}
+
+/// How clients are let in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Auth {
+    /// Any user and database, without a password; only on a loopback
+    /// address, where every client is a local one.
+    LoopbackTrust,
+    /// Any user and database, without a password, on any address
+    /// (`--auth trust`).
+    Trust,
+    /// SCRAM-SHA-256 against the roles' verifiers; the bootstrap superuser
+    /// `weir` has this password.
+    Password(Secret),
+}
+
+/// A value kept out of logs and debug output.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
+/// `--auth`: how clients are let in when it is said explicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMethod {
+    /// Anyone, on any address.
+    Trust,
+    /// A password; one must be given.
+    Password,
+}
+
+impl std::str::FromStr for AuthMethod {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<AuthMethod, String> {
+        match text {
+            "trust" => Ok(AuthMethod::Trust),
+            "password" | "scram-sha-256" => Ok(AuthMethod::Password),
+            other => Err(format!(
+                "unknown auth method \"{other}\"; use trust or password"
+            )),
+        }
+    }
+}
+
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
 
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:6545";
@@ -62,6 +138,9 @@ impl Default for Config {
             idle_timeout: Duration::from_secs(10),
             min_free_disk: 64 << 20,
             fsync: true,
+            auth: Auth::LoopbackTrust,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            tls: None,
         }
     }
 }
@@ -78,6 +157,15 @@ pub struct Overrides {
     pub idle_timeout_ms: Option<u64>,
     pub min_free_disk_mb: Option<u64>,
     pub fsync: Option<bool>,
+    pub auth: Option<AuthMethod>,
+    /// `WEIR_PASSWORD`: the bootstrap superuser's password itself.
+    pub password: Option<Secret>,
+    /// `--password-file`: a file whose first line is that password.
+    pub password_file: Option<PathBuf>,
+    pub max_connections: Option<usize>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_required: Option<bool>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -93,6 +181,12 @@ struct FileConfig {
     idle_timeout_ms: Option<u64>,
     min_free_disk_mb: Option<u64>,
     fsync: Option<bool>,
+    auth: Option<AuthMethod>,
+    password_file: Option<PathBuf>,
+    max_connections: Option<usize>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_required: Option<bool>,
 }
 
 impl Config {
@@ -104,6 +198,8 @@ impl Config {
         };
         let defaults = Config::default();
         let barrier_ms = overrides.barrier_interval_ms.or(file.barrier_interval_ms);
+        let auth = auth(&overrides, &file)?;
+        let tls = tls(&overrides, &file)?;
         let config = Config {
             listen: overrides.listen.or(file.listen).unwrap_or(defaults.listen),
             http_listen: overrides
@@ -136,7 +232,23 @@ impl Config {
                 .map(|mb| mb << 20)
                 .unwrap_or(defaults.min_free_disk),
             fsync: overrides.fsync.or(file.fsync).unwrap_or(defaults.fsync),
+            max_connections: overrides
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(defaults.max_connections),
+            auth,
+            tls,
         };
+        if config.auth == Auth::LoopbackTrust && !config.listen.ip().is_loopback() {
+            return Err(Error::Config(format!(
+                "refusing to listen on {} without a password: set WEIR_PASSWORD or \
+                 --password-file FILE, or pass --auth trust to let anyone in without one",
+                config.listen
+            )));
+        }
+        if config.max_connections == 0 {
+            return Err(Error::Config("max_connections must be at least 1".into()));
+        }
         if config.default_partitions == 0 {
             return Err(Error::Config(
                 "default_partitions must be at least 1".into(),
@@ -149,6 +261,69 @@ impl Config {
     pub fn db_path(&self) -> PathBuf {
         self.data_dir.join("db")
     }
+}
+
+/// The bootstrap password and `--auth`, checked against each other. A
+/// password file given as a flag beats `WEIR_PASSWORD`, which beats the
+/// config file's `password_file`.
+fn auth(overrides: &Overrides, file: &FileConfig) -> Result<Auth> {
+    let password = match (&overrides.password_file, &overrides.password) {
+        (Some(path), _) => Some(read_password(path)?),
+        (None, Some(password)) => Some(password.clone()),
+        (None, None) => file
+            .password_file
+            .as_deref()
+            .map(read_password)
+            .transpose()?,
+    };
+    if password.as_ref().is_some_and(|p| p.expose().is_empty()) {
+        return Err(Error::Config("the password is empty".into()));
+    }
+    match (overrides.auth.or(file.auth), password) {
+        (Some(AuthMethod::Trust), Some(_)) => Err(Error::Config(
+            "--auth trust and a password exclude each other: unset WEIR_PASSWORD and \
+             --password-file, or drop --auth trust"
+                .into(),
+        )),
+        (Some(AuthMethod::Trust), None) => Ok(Auth::Trust),
+        (Some(AuthMethod::Password), None) => Err(Error::Config(
+            "--auth password needs a password: set WEIR_PASSWORD or --password-file FILE".into(),
+        )),
+        (_, Some(password)) => Ok(Auth::Password(password)),
+        (None, None) => Ok(Auth::LoopbackTrust),
+    }
+}
+
+/// The certificate and key, both or neither; `--tls-required` needs them.
+fn tls(overrides: &Overrides, file: &FileConfig) -> Result<Option<Tls>> {
+    let cert = overrides.tls_cert.clone().or(file.tls_cert.clone());
+    let key = overrides.tls_key.clone().or(file.tls_key.clone());
+    let required = overrides
+        .tls_required
+        .or(file.tls_required)
+        .unwrap_or(false);
+    match (cert, key) {
+        (Some(cert), Some(key)) => Ok(Some(Tls {
+            cert,
+            key,
+            required,
+        })),
+        (None, None) if !required => Ok(None),
+        (None, None) => Err(Error::Config(
+            "--tls-required needs --tls-cert FILE and --tls-key FILE".into(),
+        )),
+        _ => Err(Error::Config(
+            "TLS needs both --tls-cert FILE and --tls-key FILE".into(),
+        )),
+    }
+}
+
+/// The first line of a password file, without its line ending.
+fn read_password(path: &Path) -> Result<Secret> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Config(format!("cannot read password file {}: {e}", path.display())))?;
+    let line = text.lines().next().unwrap_or_default();
+    Ok(Secret::new(line.to_string()))
 }
 
 fn read_file(path: &Path) -> Result<FileConfig> {
@@ -178,6 +353,66 @@ mod tests {
         assert_eq!(config.listen.port(), 7000);
         assert_eq!(config.data_dir, PathBuf::from("/tmp/y"));
         assert_eq!(config.http_listen.port(), 6545);
+    }
+
+    #[test]
+    fn a_public_address_needs_a_password_or_trust() {
+        let public = Overrides {
+            listen: Some("0.0.0.0:6544".parse().expect("address")),
+            ..Overrides::default()
+        };
+        let refused = Config::resolve(public.clone(), None).expect_err("refused");
+        assert!(refused.to_string().contains("WEIR_PASSWORD"), "{refused}");
+        let trusted = Overrides {
+            auth: Some(AuthMethod::Trust),
+            ..public.clone()
+        };
+        assert_eq!(
+            Config::resolve(trusted, None).expect("trust").auth,
+            Auth::Trust
+        );
+        let password = Overrides {
+            password: Some(Secret::new("pencil".into())),
+            ..public
+        };
+        let config = Config::resolve(password, None).expect("password");
+        assert_eq!(config.auth, Auth::Password(Secret::new("pencil".into())));
+        assert!(!format!("{config:?}").contains("pencil"));
+    }
+
+    #[test]
+    fn a_password_file_beats_the_environment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("password");
+        std::fs::write(&path, "from-file\n").expect("write");
+        let overrides = Overrides {
+            password: Some(Secret::new("from-env".into())),
+            password_file: Some(path),
+            ..Overrides::default()
+        };
+        let config = Config::resolve(overrides, None).expect("resolve");
+        assert_eq!(config.auth, Auth::Password(Secret::new("from-file".into())));
+    }
+
+    #[test]
+    fn tls_needs_a_certificate_and_its_key() {
+        let half = Overrides {
+            tls_cert: Some(PathBuf::from("cert.pem")),
+            ..Overrides::default()
+        };
+        assert!(Config::resolve(half, None).is_err());
+        let required = Overrides {
+            tls_required: Some(true),
+            ..Overrides::default()
+        };
+        assert!(Config::resolve(required, None).is_err());
+        let both = Overrides {
+            tls_cert: Some(PathBuf::from("cert.pem")),
+            tls_key: Some(PathBuf::from("key.pem")),
+            ..Overrides::default()
+        };
+        let tls = Config::resolve(both, None).expect("resolve").tls;
+        assert_eq!(tls.map(|t| t.required), Some(false));
     }
 
     #[test]

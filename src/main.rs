@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use weir::config::{Config, Overrides};
+use weir::config::{Auth, Config, Overrides, Secret};
 use weir::session::Engine;
 
 // Operators allocate small keys and states at a high rate; mimalloc serves
@@ -74,6 +74,27 @@ struct ServeArgs {
     /// fsync costs; a power cut loses acknowledged writes
     #[arg(long, env = "WEIR_NO_FSYNC")]
     no_fsync: bool,
+    /// File whose first line is the password of the superuser weir; with
+    /// a password (this or WEIR_PASSWORD) clients log in with SCRAM-SHA-256
+    #[arg(long, env = "WEIR_PASSWORD_FILE", value_name = "FILE")]
+    password_file: Option<PathBuf>,
+    /// How clients log in: `password` (needs a password) or `trust` (anyone,
+    /// without one, on any address) [default: password when one is set,
+    /// else trust on a loopback address only]
+    #[arg(long, env = "WEIR_AUTH", value_name = "METHOD")]
+    auth: Option<weir::config::AuthMethod>,
+    /// Connections served at once; more get SQLSTATE 53300 [default: 1000]
+    #[arg(long, env = "WEIR_MAX_CONNECTIONS", value_name = "N")]
+    max_connections: Option<usize>,
+    /// PEM certificate chain for TLS on the pgwire port (with --tls-key)
+    #[arg(long, env = "WEIR_TLS_CERT", value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of the TLS certificate
+    #[arg(long, env = "WEIR_TLS_KEY", value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Refuse clients that do not use TLS (SQLSTATE 28000)
+    #[arg(long, env = "WEIR_TLS_REQUIRED")]
+    tls_required: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -99,6 +120,18 @@ fn main() -> anyhow::Result<()> {
         idle_timeout_ms: args.idle_timeout_ms,
         min_free_disk_mb: args.min_free_disk_mb,
         fsync: args.no_fsync.then_some(false),
+        auth: args.auth,
+        // Read here rather than as a flag, so that it never shows in `ps`;
+        // empty is unset, as a compose file passes an unset variable on.
+        password: std::env::var("WEIR_PASSWORD")
+            .ok()
+            .filter(|p| !p.is_empty())
+            .map(Secret::new),
+        password_file: args.password_file,
+        max_connections: args.max_connections,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_required: args.tls_required.then_some(true),
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -148,6 +181,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .start_views()
         .await
         .context("cannot start materialized views")?;
+    if config.auth == Auth::Trust && !config.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %config.listen,
+            "--auth trust: anyone who reaches this address connects as any user, without a password"
+        );
+    }
     tracing::info!(
         listen = %config.listen,
         http_listen = %config.http_listen,

@@ -1,7 +1,7 @@
 //! Kafka end to end against a real broker on loopback (see
 //! `tests/common/kafka.rs`): JSON and CSV sources into windowed views, bad
 //! messages under each `on_error` policy, upsert tables, sinks read back,
-//! and exactly-once across SIGKILL on both sides.
+//! exactly-once across SIGKILL on both sides, and secrets never shown.
 
 mod common;
 
@@ -761,4 +761,68 @@ fn record(
             .map(|&(name, value)| (name.to_owned(), value.to_vec()))
             .collect(),
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connector_secret_is_never_shown() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("secret");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    // librdkafka refuses an SSL setting in a build without OpenSSL, and its
+    // message quotes the value it refused.
+    let refused = client
+        .batch_execute(&format!(
+            "CREATE SOURCE s (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with(
+                &topic,
+                &bootstrap,
+                ", properties.ssl.key.password = 'hunter3'"
+            )
+        ))
+        .await;
+    if let Err(e) = refused {
+        let message = e.as_db_error().map(|e| e.message().to_string());
+        let message = message.unwrap_or_else(|| e.to_string());
+        assert!(!message.contains("hunter"), "{message}");
+    }
+    client
+        .batch_execute("DROP SOURCE IF EXISTS s")
+        .await
+        .expect("drop");
+    // A secret the plaintext listener never uses, so the source still connects.
+    let secrets = ", properties.sasl.password = 'hunter2'";
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE s (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with(&topic, &bootstrap, secrets)
+        ))
+        .await
+        .expect("create source");
+    let shown = rows(&client, "SHOW CREATE SOURCE s").await.join("\n");
+    assert!(!shown.contains("hunter"), "{shown}");
+    assert!(
+        shown.contains("properties.sasl.password = '[REDACTED]'"),
+        "{shown}"
+    );
+    assert!(shown.contains(&topic), "the rest is kept: {shown}");
+    let options = rows(
+        &client,
+        "SELECT reloptions FROM pg_class WHERE relname = 's'",
+    )
+    .await;
+    let options = options.join("\n");
+    assert!(!options.contains("hunter"), "{options}");
+    assert!(
+        options.contains("properties.sasl.password=[REDACTED]"),
+        "{options}"
+    );
+    let elsewhere = format!(
+        "{:?}{:?}{}",
+        rows(&client, "SHOW SOURCES").await,
+        rows(&client, "SELECT * FROM information_schema.tables").await,
+        server.http_get("/metrics").await,
+    );
+    assert!(!elsewhere.contains("hunter"), "{elsewhere}");
 }

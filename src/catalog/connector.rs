@@ -121,3 +121,108 @@ pub struct SinkDef {
     /// The statement as the user wrote it, for SHOW CREATE.
     pub definition: String,
 }
+
+/// What stands in for a secret wherever a definition is shown.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Whether a connector option holds a secret: a password, a secret, a
+/// token or credential, SASL settings, or an SSL key. `properties.` is
+/// Kafka's prefix for librdkafka's own settings.
+pub fn is_secret(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    let key = key.strip_prefix("properties.").unwrap_or(&key);
+    ["password", "secret", "token", "credential"]
+        .iter()
+        .any(|word| key.contains(word))
+        || key.starts_with("sasl.")
+        || (key.starts_with("ssl.") && key.contains("key"))
+}
+
+/// A statement's text with the value of every secret option (`key =
+/// 'value'`, the key bare, dotted or quoted) replaced by `'[REDACTED]'`,
+/// everything else as written. Text that does not tokenize is shown as
+/// nothing rather than risk a secret.
+pub fn redacted(definition: &str) -> String {
+    use sqlparser::dialect::PostgreSqlDialect;
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let Ok(mut tokens) = Tokenizer::new(&PostgreSqlDialect {}, definition).tokenize() else {
+        return REDACTED.to_string();
+    };
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    for (n, &i) in solid.iter().enumerate() {
+        if tokens[i] != Token::Eq {
+            continue;
+        }
+        let key: String = solid[..n]
+            .iter()
+            .rev()
+            .map(|&j| &tokens[j])
+            .take_while(|t| {
+                matches!(
+                    t,
+                    Token::Word(_) | Token::Period | Token::SingleQuotedString(_)
+                )
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .map(|t| match t {
+                Token::Word(w) => w.value.clone(),
+                Token::SingleQuotedString(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect();
+        if let Some(&value) = solid.get(n + 1)
+            && is_secret(&key)
+            && matches!(tokens[value], Token::SingleQuotedString(_))
+        {
+            tokens[value] = Token::SingleQuotedString(REDACTED.to_string());
+        }
+    }
+    tokens.iter().map(Token::to_string).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_options_are_recognised() {
+        for key in [
+            "properties.sasl.password",
+            "sasl.username",
+            "properties.ssl.key.password",
+            "properties.ssl.keystore.location",
+            "aws.credentials.secret_access_key",
+            "api_token",
+        ] {
+            assert!(is_secret(key), "{key}");
+        }
+        for key in [
+            "topic",
+            "properties.bootstrap.server",
+            "properties.ssl.ca.location",
+        ] {
+            assert!(!is_secret(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn secret_values_are_redacted_and_the_rest_kept() {
+        let sql = "CREATE SOURCE s (a INT) WITH (connector = 'kafka', topic = 't',\n  \
+                   properties.sasl.password = 'hunter2', 'properties.sasl.username' = 'me',\n  \
+                   properties.bootstrap.server = 'h:9092') FORMAT PLAIN ENCODE JSON";
+        let shown = redacted(sql);
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("'me'"),
+            "{shown}"
+        );
+        assert_eq!(
+            shown,
+            sql.replace("'hunter2'", "'[REDACTED]'")
+                .replace("= 'me'", "= '[REDACTED]'")
+        );
+    }
+}

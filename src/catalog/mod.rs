@@ -3,8 +3,10 @@
 //! Definitions are persisted as JSON in the `catalog` column family, written
 //! synchronously before a DDL statement returns, and loaded at startup.
 
+mod acl;
 mod comment;
 mod connector;
+pub mod role;
 mod table;
 
 use std::collections::BTreeMap;
@@ -16,8 +18,12 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
+pub use acl::{Acl, Privilege};
 pub use comment::CommentKey;
-pub use connector::{CONNECTORS, ConnectorDef, Include, Metadata, SinkDef};
+pub use connector::{
+    CONNECTORS, ConnectorDef, Include, Metadata, REDACTED, SinkDef, is_secret, redacted,
+};
+pub use role::{BOOTSTRAP_ROLE, RoleDef, Verifier};
 pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr};
 
 /// The system table of late rows (see `dataflow::late`).
@@ -280,8 +286,23 @@ struct Inner {
     subscriptions: BTreeMap<String, SubscriptionDef>,
     comments: BTreeMap<CommentKey, String>,
     sinks: BTreeMap<String, SinkDef>,
+    roles: BTreeMap<String, RoleDef>,
+    /// Owners and grants, by relation id.
+    acls: BTreeMap<u64, Acl>,
     next_id: u64,
 }
+
+fn acl_key(id: u64) -> Vec<u8> {
+    [ACL_PREFIX, &id.to_be_bytes()].concat()
+}
+
+const ACL_PREFIX: &[u8] = b"acl\x00";
+
+fn role_key(name: &str) -> Vec<u8> {
+    [ROLE_PREFIX, name.as_bytes()].concat()
+}
+
+const ROLE_PREFIX: &[u8] = b"role\x00";
 
 /// Where a subscription's definition is kept in the catalog family.
 fn subscription_key(name: &str) -> Vec<u8> {
@@ -344,6 +365,27 @@ impl Catalog {
             let def: SinkDef = serde_json::from_slice(&value)
                 .map_err(|e| Error::Internal(format!("unreadable sink entry: {e}")))?;
             inner.sinks.insert(def.name.clone(), def);
+        }
+        for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), ROLE_PREFIX) {
+            let (key, value) = entry?;
+            if !key.starts_with(ROLE_PREFIX) {
+                break;
+            }
+            let def: RoleDef = serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable role entry: {e}")))?;
+            inner.roles.insert(def.name.clone(), def);
+        }
+        for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), ACL_PREFIX) {
+            let (key, value) = entry?;
+            let Some(id) = key.strip_prefix(ACL_PREFIX) else {
+                break;
+            };
+            let id: [u8; 8] = id
+                .try_into()
+                .map_err(|_| Error::Internal("malformed privileges key".into()))?;
+            let acl: Acl = serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable privileges entry: {e}")))?;
+            inner.acls.insert(u64::from_be_bytes(id), acl);
         }
         inner.comments = comment::load(&db)?;
         Ok(Catalog {
@@ -488,6 +530,130 @@ impl Catalog {
         )?;
         inner.subscriptions.remove(name);
         Ok(())
+    }
+
+    pub fn role(&self, name: &str) -> Option<RoleDef> {
+        self.read().roles.get(name).cloned()
+    }
+
+    pub fn roles(&self) -> Vec<RoleDef> {
+        self.read().roles.values().cloned().collect()
+    }
+
+    /// The bootstrap superuser with the password the node started with:
+    /// created at the first start with a password, and given the password
+    /// again at a later start if it changed (by `ALTER ROLE` or in the
+    /// configuration). The configuration is the way back into a node.
+    pub fn bootstrap_superuser(&self, password: &str) -> Result<()> {
+        let existing = self.role(BOOTSTRAP_ROLE);
+        let current = existing.as_ref().is_some_and(|role| {
+            role.superuser
+                && role.login
+                && role
+                    .verifier
+                    .as_deref()
+                    .and_then(Verifier::parse)
+                    .is_some_and(|v| v.matches(password))
+        });
+        if current {
+            return Ok(());
+        }
+        let id = match existing {
+            Some(role) => role.id,
+            None => self.allocate_id()?,
+        };
+        self.replace_role(RoleDef {
+            id,
+            name: BOOTSTRAP_ROLE.to_string(),
+            superuser: true,
+            login: true,
+            verifier: Some(Verifier::new(password)?.to_string()),
+        })
+    }
+
+    /// A relation's owner and grants.
+    pub fn acl(&self, id: u64) -> Acl {
+        self.read().acls.get(&id).cloned().unwrap_or_default()
+    }
+
+    pub fn set_acl(&self, id: u64, acl: Acl) -> Result<()> {
+        let mut inner = self.write();
+        let json = serde_json::to_vec(&acl)
+            .map_err(|e| Error::Internal(format!("cannot serialise privileges: {e}")))?;
+        self.db
+            .put_cf_opt(cf(&self.db, CF_CATALOG), acl_key(id), json, &sync_write())?;
+        inner.acls.insert(id, acl);
+        Ok(())
+    }
+
+    /// Names of the relations `role` owns.
+    pub fn owned_by(&self, role: &str) -> Vec<String> {
+        let inner = self.read();
+        inner
+            .by_name
+            .values()
+            .filter(|o| inner.acls.get(&o.id()).and_then(|a| a.owner.as_deref()) == Some(role))
+            .map(|o| o.table().def.name.clone())
+            .collect()
+    }
+
+    /// Take back whatever `role` was granted, before the role goes.
+    pub fn revoke_all_from(&self, role: &str) -> Result<()> {
+        let granted: Vec<(u64, Acl)> = self
+            .read()
+            .acls
+            .iter()
+            .filter(|(_, acl)| acl.grants.contains_key(role))
+            .map(|(id, acl)| (*id, acl.clone()))
+            .collect();
+        for (id, mut acl) in granted {
+            acl.revoke(role, &Privilege::ALL);
+            self.set_acl(id, acl)?;
+        }
+        Ok(())
+    }
+
+    /// Add a role; 42710 when one of that name exists.
+    pub fn create_role(&self, def: RoleDef) -> Result<()> {
+        let mut inner = self.write();
+        if inner.roles.contains_key(&def.name) {
+            return Err(Error::DuplicateObject(format!(
+                "role \"{}\" already exists",
+                def.name
+            )));
+        }
+        self.put_role(&mut inner, def)
+    }
+
+    /// Replace a role's definition (ALTER ROLE, the bootstrap password).
+    pub fn replace_role(&self, def: RoleDef) -> Result<()> {
+        let mut inner = self.write();
+        self.put_role(&mut inner, def)
+    }
+
+    fn put_role(&self, inner: &mut Inner, def: RoleDef) -> Result<()> {
+        let json = serde_json::to_vec(&def)
+            .map_err(|e| Error::Internal(format!("cannot serialise role: {e}")))?;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            role_key(&def.name),
+            json,
+            &sync_write(),
+        )?;
+        inner.roles.insert(def.name.clone(), def);
+        Ok(())
+    }
+
+    /// Remove a role; whether it existed.
+    pub fn drop_role(&self, name: &str) -> Result<bool> {
+        let mut inner = self.write();
+        if !inner.roles.contains_key(name) {
+            return Ok(false);
+        }
+        self.db
+            .delete_cf_opt(cf(&self.db, CF_CATALOG), role_key(name), &sync_write())?;
+        inner.roles.remove(name);
+        Ok(true)
     }
 
     pub fn sink(&self, name: &str) -> Option<SinkDef> {

@@ -78,7 +78,7 @@ impl From<Error> for Failure {
 
 impl From<rdkafka::error::KafkaError> for Failure {
     fn from(e: rdkafka::error::KafkaError) -> Failure {
-        Failure::Transient(format!("Kafka: {e}"))
+        Failure::Transient(format!("Kafka: {}", kafka::message(&e)))
     }
 }
 

@@ -455,6 +455,13 @@ impl<S> FrameGuard<S> {
         &self.inner
     }
 
+    /// The stream back, when no byte the client sent waits here: at a
+    /// switch to TLS, bytes sent before it must not be read as if sent
+    /// after it (CVE-2021-23214).
+    pub fn into_drained(self) -> Option<S> {
+        self.buf.is_empty().then_some(self.inner)
+    }
+
     /// Extend `checked` over every frame that has arrived whole, up to one
     /// that is refused.
     fn scan(&mut self) {

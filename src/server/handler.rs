@@ -10,6 +10,9 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use futures::{Sink, SinkExt, StreamExt, stream};
 use pgwire::api::auth::noop::NoopStartupHandler;
+use pgwire::api::auth::{
+    self as auth, DefaultServerParameterProvider, ServerParameterProvider, StartupHandler,
+};
 use pgwire::api::cancel::DefaultCancelHandler;
 use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
@@ -21,22 +24,28 @@ use pgwire::api::results::{
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::{Entry, PortalStore};
 use pgwire::api::{
-    ClientInfo, ClientPortalStore, ConnectionManager, DEFAULT_NAME, PgWireServerHandlers, Type,
+    ClientInfo, ClientPortalStore, ConnectionGuard, ConnectionHandle, ConnectionManager,
+    DEFAULT_NAME, METADATA_USER, PgWireConnectionState, PgWireServerHandlers,
+    PidSecretKeyGenerator, RandomPidSecretKeyGenerator, Type,
 };
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail, CopyOutResponse};
 use pgwire::messages::extendedquery::{
     Bind, Describe, TARGET_TYPE_BYTE_PORTAL, TARGET_TYPE_BYTE_STATEMENT,
 };
 use pgwire::messages::response::NoticeResponse;
+use pgwire::messages::response::{ReadyForQuery, TransactionStatus};
 use pgwire::messages::startup::ParameterStatus;
+use pgwire::messages::startup::{Authentication, BackendKeyData, PasswordMessageFamily};
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 use tokio::sync::Mutex;
 
 use super::coalesce;
 use super::copyout::{Cancel, Sockets};
+use super::scram;
 use super::text::TextStyle;
+use crate::config::Auth;
 use crate::error::Error;
 use crate::session::streams::Encode;
 use crate::session::subscribe::Subscription;
@@ -48,7 +57,10 @@ use crate::sql::parser::{self, Statement};
 /// The handlers pgwire calls, shared by every connection.
 pub struct Handlers {
     query: Arc<QueryHandler>,
-    startup: Arc<Startup>,
+    engine: Arc<Engine>,
+    manager: Arc<ConnectionManager>,
+    /// One for all connections: it numbers their process ids.
+    keys: Arc<RandomPidSecretKeyGenerator>,
     cancel: Arc<Cancel>,
     /// Duplicates of the connections' sockets, for COPY streams.
     pub sockets: Arc<Sockets>,
@@ -61,12 +73,14 @@ impl Handlers {
         Handlers {
             query: Arc::new(QueryHandler {
                 engine: engine.clone(),
-                parser: Arc::new(StatementParser { engine }),
+                parser: Arc::new(StatementParser {
+                    engine: engine.clone(),
+                }),
                 sockets: sockets.clone(),
             }),
-            startup: Arc::new(Startup {
-                manager: manager.clone(),
-            }),
+            engine,
+            manager: manager.clone(),
+            keys: Arc::new(RandomPidSecretKeyGenerator::default()),
             cancel: Arc::new(Cancel {
                 inner: DefaultCancelHandler::new(manager),
                 sockets: sockets.clone(),
@@ -85,8 +99,16 @@ impl PgWireServerHandlers for Handlers {
         self.query.clone()
     }
 
-    fn startup_handler(&self) -> Arc<impl pgwire::api::auth::StartupHandler> {
-        self.startup.clone()
+    /// A new one per connection: it holds the state of its SCRAM exchange.
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        Arc::new(Startup {
+            engine: self.engine.clone(),
+            trusting: Trusting {
+                manager: self.manager.clone(),
+            },
+            keys: self.keys.clone(),
+            exchange: parking_lot::Mutex::new(None),
+        })
     }
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
@@ -99,18 +121,16 @@ impl PgWireServerHandlers for Handlers {
 }
 
 /// Accepts any user and database without a password.
-struct Startup {
+struct Trusting {
     manager: Arc<ConnectionManager>,
 }
 
 #[async_trait]
-impl NoopStartupHandler for Startup {
+impl NoopStartupHandler for Trusting {
     fn connection_manager(&self) -> Option<Arc<ConnectionManager>> {
         Some(self.manager.clone())
     }
 
-    /// pgwire reports its own version and date style at startup; these
-    /// follow, and a client keeps the last value it is sent.
     async fn post_startup<C>(
         &self,
         client: &mut C,
@@ -121,18 +141,227 @@ impl NoopStartupHandler for Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let parameters = [
-            ("server_version", crate::sql::functions::SERVER_VERSION),
-            ("DateStyle", "ISO, MDY"),
-        ];
-        for (name, value) in parameters {
-            let status = ParameterStatus::new(name.to_string(), value.to_string());
-            client
-                .feed(PgWireBackendMessage::ParameterStatus(status))
-                .await?;
+        send_parameters(client).await
+    }
+}
+
+/// pgwire reports its own version and date style at startup; these
+/// follow, and a client keeps the last value it is sent.
+async fn send_parameters<C>(client: &mut C) -> PgWireResult<()>
+where
+    C: Sink<PgWireBackendMessage> + Unpin + Send,
+    C::Error: Debug,
+    PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+{
+    let parameters = [
+        ("server_version", crate::sql::functions::SERVER_VERSION),
+        ("DateStyle", "ISO, MDY"),
+    ];
+    for (name, value) in parameters {
+        let status = ParameterStatus::new(name.to_string(), value.to_string());
+        client
+            .feed(PgWireBackendMessage::ParameterStatus(status))
+            .await?;
+    }
+    Ok(())
+}
+
+/// One connection's startup: at once without a password check, else after
+/// a SCRAM-SHA-256 exchange with the startup packet's user.
+pub struct Startup {
+    engine: Arc<Engine>,
+    trusting: Trusting,
+    keys: Arc<RandomPidSecretKeyGenerator>,
+    /// Between the server-first and the client-final message.
+    exchange: parking_lot::Mutex<Option<scram::Pending>>,
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(self.engine.config.auth, Auth::Password(_)) {
+            return self.trusting.on_startup(client, message).await;
         }
+        match message {
+            PgWireFrontendMessage::Startup(startup) => {
+                auth::protocol_negotiation(client, &startup).await?;
+                auth::save_startup_parameters_to_metadata(client, &startup);
+                client.set_state(PgWireConnectionState::AuthenticationInProgress);
+                let methods = vec![SCRAM_SHA_256.to_string()];
+                client
+                    .send(PgWireBackendMessage::Authentication(Authentication::SASL(
+                        methods,
+                    )))
+                    .await?;
+                Ok(())
+            }
+            PgWireFrontendMessage::PasswordMessageFamily(message) => {
+                let pending = self.exchange.lock().take();
+                match pending {
+                    None => self.client_first(client, message).await,
+                    Some(pending) => self.client_final(client, message, pending).await,
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+const SCRAM_SHA_256: &str = "SCRAM-SHA-256";
+
+impl Startup {
+    async fn client_first<C>(
+        &self,
+        client: &mut C,
+        message: PasswordMessageFamily,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let initial = message.into_sasl_initial_response()?;
+        if initial.auth_method != SCRAM_SHA_256 {
+            return Err(PgWireError::UnsupportedSASLAuthMethod(initial.auth_method));
+        }
+        let user = user_of(client);
+        let verifier = self.engine.catalog.role(&user).and_then(|role| {
+            role.verifier
+                .as_deref()
+                .and_then(crate::catalog::Verifier::parse)
+        });
+        let data = initial.data.unwrap_or_default();
+        let (first, pending) =
+            scram::server_first(&data, &user, verifier).map_err(|e| refusal(e, &user))?;
+        *self.exchange.lock() = Some(pending);
+        client
+            .send(PgWireBackendMessage::Authentication(
+                Authentication::SASLContinue(first.into()),
+            ))
+            .await?;
         Ok(())
     }
+
+    async fn client_final<C>(
+        &self,
+        client: &mut C,
+        message: PasswordMessageFamily,
+        pending: scram::Pending,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let response = message.into_sasl_response()?;
+        let user = user_of(client);
+        let last = pending
+            .server_final(&response.data)
+            .map_err(|e| refusal(e, &user))?;
+        if !self.engine.catalog.role(&user).is_some_and(|r| r.login) {
+            return Err(fatal(
+                "28000",
+                format!("role \"{user}\" is not permitted to log in"),
+            ));
+        }
+        client
+            .feed(PgWireBackendMessage::Authentication(
+                Authentication::SASLFinal(last.into()),
+            ))
+            .await?;
+        self.finish(client).await
+    }
+
+    /// What pgwire's startup handlers send once a client is in: the key
+    /// for cancel requests, the server's parameters, ReadyForQuery.
+    async fn finish<C>(&self, client: &mut C) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let (pid, secret) = self.keys.generate(client);
+        client.set_pid_and_secret_key(pid, secret.clone());
+        let (handle, guard) = self.trusting.manager.register(pid, secret.clone());
+        client
+            .session_extensions()
+            .insert::<Arc<ConnectionHandle>>(handle);
+        client.session_extensions().insert::<ConnectionGuard>(guard);
+        client
+            .feed(PgWireBackendMessage::Authentication(Authentication::Ok))
+            .await?;
+        let defaults = DefaultServerParameterProvider::default();
+        let mut parameters = defaults.server_parameters(client).unwrap_or_default();
+        // pgwire says every user is a superuser; psql's prompt and clients
+        // read it.
+        let superuser = self
+            .engine
+            .catalog
+            .role(&user_of(client))
+            .is_some_and(|role| role.superuser);
+        let superuser = if superuser { "on" } else { "off" };
+        parameters.insert("is_superuser".to_string(), superuser.to_string());
+        for (name, value) in parameters {
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                    name, value,
+                )))
+                .await?;
+        }
+        send_parameters(client).await?;
+        client
+            .feed(PgWireBackendMessage::BackendKeyData(BackendKeyData::new(
+                pid, secret,
+            )))
+            .await?;
+        client
+            .send(PgWireBackendMessage::ReadyForQuery(ReadyForQuery::new(
+                TransactionStatus::Idle,
+            )))
+            .await?;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        Ok(())
+    }
+}
+
+/// The startup packet's user name.
+fn user_of<C: ClientInfo>(client: &C) -> String {
+    client
+        .metadata()
+        .get(METADATA_USER)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A failed exchange as PostgreSQL reports it: one message for a wrong
+/// password and an unknown user alike.
+fn refusal(refusal: scram::Refusal, user: &str) -> PgWireError {
+    match refusal {
+        scram::Refusal::Failed => fatal(
+            "28P01",
+            format!("password authentication failed for user \"{user}\""),
+        ),
+        scram::Refusal::Malformed(what) => {
+            fatal("08P01", format!("malformed SCRAM message: {what}"))
+        }
+    }
+}
+
+fn fatal(code: &str, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".to_string(),
+        code.to_string(),
+        message,
+    )))
 }
 
 pub struct QueryHandler {
@@ -146,16 +375,20 @@ type SharedSession = Mutex<Session>;
 /// How long the connection may wait for its client's next message before
 /// it is ended: set while its session idles in a transaction block.
 pub fn idle_limit<C: ClientInfo>(client: &C) -> Option<std::time::Duration> {
+    // Not created here: during startup the client's user is not known yet.
+    let session = client.session_extensions().get::<SharedSession>()?;
     // A session busy in a statement is not idle.
-    let session = session_of(client);
     let session = session.try_lock().ok()?;
     session.idle_in_transaction_timeout()
 }
 
 fn session_of<C: ClientInfo>(client: &C) -> Arc<SharedSession> {
-    client
-        .session_extensions()
-        .get_or_insert_with(|| Mutex::new(Session::default()))
+    client.session_extensions().get_or_insert_with(|| {
+        Mutex::new(Session {
+            user: user_of(client),
+            ..Session::default()
+        })
+    })
 }
 
 fn to_pg_error(e: Error) -> PgWireError {

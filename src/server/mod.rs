@@ -5,14 +5,17 @@ mod copyout;
 pub mod frames;
 mod handler;
 pub mod http;
+mod scram;
 mod text;
 mod threads;
+mod tls;
 
 use std::future::Future;
 use std::io;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::{FutureExt, SinkExt, StreamExt};
@@ -26,13 +29,15 @@ use pgwire::api::{
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::response::{GssEncResponse, SslResponse};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage, SslNegotiationMetaMessage};
-use pgwire::tokio::server::{MaybeTls, PgWireMessageServerCodec, process_error, process_message};
+use pgwire::tokio::server::{PgWireMessageServerCodec, process_error, process_message};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 use tokio::time::Sleep;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::codec::Framed;
 
 use frames::{FrameGuard, Malformed};
+use tls::Transport;
 
 use crate::error::Result;
 use crate::session::{Engine, Metrics};
@@ -47,8 +52,14 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let handlers = Arc::new(Handlers::new(engine.clone()));
+    let tls = match &engine.config.tls {
+        Some(tls) => Some(tls::acceptor(&tls.cert, &tls.key)?),
+        None => None,
+    };
+    let tls_required = engine.config.tls.as_ref().is_some_and(|t| t.required);
     let threads = threads::ConnectionThreads::start()?;
     let mut connections = JoinSet::new();
+    let open = Arc::new(AtomicUsize::new(0));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -61,7 +72,11 @@ pub async fn run(
                     }
                 };
                 let _ = socket.set_nodelay(true);
-                handlers.sockets.accept(&socket, peer);
+                // COPY streams write to a duplicate of the socket, which
+                // would bypass TLS: with TLS they go through the connection.
+                if tls.is_none() {
+                    handlers.sockets.accept(&socket, peer);
+                }
                 // Out of this runtime's reactor, so that the connection's
                 // thread is woken by its own poll rather than through this one.
                 let socket = match socket.into_std() {
@@ -73,13 +88,19 @@ pub async fn run(
                     }
                 };
                 Metrics::add(&engine.metrics.connections, 1);
+                let slot = Slot::take(&open, engine.config.max_connections);
                 let handlers = handlers.clone();
+                let admission = Admission {
+                    full: slot.is_none(),
+                    tls: tls.clone(),
+                    tls_required,
+                };
                 let watched = socket.try_clone().ok().map(std::os::fd::OwnedFd::from);
                 threads.spawn(&mut connections, watched, async move {
                     let sockets = handlers.sockets.clone();
                     // The loop catches panics while it serves messages; this
                     // catches the rest, so the socket is always unregistered.
-                    match AssertUnwindSafe(serve(socket, handlers)).catch_unwind().await {
+                    match AssertUnwindSafe(serve(socket, handlers, admission)).catch_unwind().await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
                             tracing::debug!(peer = %peer, cause = %e, "connection ended with an error");
@@ -87,6 +108,7 @@ pub async fn run(
                         Err(_) => tracing::error!(peer = %peer, "connection task panicked"),
                     }
                     sockets.closed(&peer);
+                    drop(slot);
                 });
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
@@ -108,6 +130,28 @@ pub async fn run(
     Ok(())
 }
 
+/// One of the `max_connections` a node serves at once, given back when
+/// its connection ends, however it ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A slot, or `None` when all are taken. Connections are accepted on
+    /// one task, so the count cannot move between the check and the add.
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if open.load(Ordering::Relaxed) >= max {
+            return None;
+        }
+        open.fetch_add(1, Ordering::Relaxed);
+        Some(Slot(open.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// How long a client has to finish its startup (pgwire's value).
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -116,21 +160,47 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 const FAREWELL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A connection: pgwire's codec over the frame guard over the socket.
-type Connection<S> = Framed<FrameGuard<MaybeTls>, PgWireMessageServerCodec<S>>;
+type Connection<S> = Framed<FrameGuard<Transport>, PgWireMessageServerCodec<S>>;
+
+/// What decides whether a connection may log in.
+#[derive(Clone, Default)]
+struct Admission {
+    /// Beyond `max_connections`.
+    full: bool,
+    tls: Option<TlsAcceptor>,
+    tls_required: bool,
+}
+
+impl Admission {
+    /// Why a client that sends its startup packet is turned away: its
+    /// SQLSTATE and message.
+    fn refusal(&self, secure: bool) -> Option<(&'static str, &'static str)> {
+        if self.full {
+            Some(("53300", "sorry, too many clients already"))
+        } else if self.tls_required && !secure {
+            Some(("28000", "TLS is required: connect with sslmode=require"))
+        } else {
+            None
+        }
+    }
+}
 
 /// Serve one connection on the runtime polling this future, whose reactor
 /// then watches the socket. pgwire's `process_socket`, with the frame guard
-/// under its codec and panics caught per message.
+/// under its codec and panics caught per message. A connection beyond
+/// `max_connections`, or without TLS where it is required, is told so after
+/// its startup packet.
 async fn serve<H: PgWireServerHandlers>(
     socket: std::net::TcpStream,
     handlers: H,
+    admission: Admission,
 ) -> io::Result<()> {
     let socket = TcpStream::from_std(socket)?;
     let startup = tokio::time::sleep(STARTUP_TIMEOUT);
     tokio::pin!(startup);
     let negotiated = tokio::select! {
         _ = &mut startup => return Ok(()),
-        negotiated = negotiate(socket, None) => negotiated?,
+        negotiated = negotiate(socket, admission.tls.as_ref()) => negotiated?,
     };
     let Some(mut connection) = negotiated else {
         return Ok(());
@@ -142,33 +212,33 @@ async fn serve<H: PgWireServerHandlers>(
         copy: handlers.copy_handler(),
         cancel: handlers.cancel_handler(),
         error: handlers.error_handler(),
+        refusal: admission.refusal(connection.codec().client_info.is_secure()),
     };
     callbacks.serve_messages(&mut connection, startup).await
 }
 
-/// Answer the client's SSLRequest and GSSENCRequest: 'N' to both while no
-/// TLS is configured, so the client goes on in plain text. `None` when the
-/// connection ended during it.
+/// Answer the client's SSLRequest and GSSENCRequest: TLS when it is
+/// configured, else 'N', so the client goes on in plain text; 'N' to GSS
+/// encryption. `None` when the connection ended during it.
 async fn negotiate<S>(
     socket: TcpStream,
-    tls: Option<pgwire::tokio::TlsAcceptor>,
+    tls: Option<&TlsAcceptor>,
 ) -> io::Result<Option<Connection<S>>> {
-    let client = DefaultClient::new(socket.peer_addr()?, false);
-    let guarded = FrameGuard::new(MaybeTls::Plain(socket));
-    let mut connection = Framed::new(guarded, PgWireMessageServerCodec::new(client));
+    let peer = socket.peer_addr()?;
+    let mut connection = framed(Transport::Plain(socket), peer, false);
     loop {
         let refusal = match connection.next().await {
             Some(Ok(PgWireFrontendMessage::SslNegotiation(request))) => match request {
-                SslNegotiationMetaMessage::PostgresSsl(_) => {
-                    // TLS would be accepted here, on the socket taken back
-                    // out of the guard, refusing any bytes the client sent
-                    // after the request (CVE-2021-23214); weir has no
-                    // acceptor yet.
-                    if let Some(tls) = &tls {
-                        match *tls {}
+                SslNegotiationMetaMessage::PostgresSsl(_) => match tls {
+                    Some(acceptor) if !connection.codec().client_info.is_secure() => {
+                        match secure(connection, acceptor).await? {
+                            Some(secured) => connection = secured,
+                            None => return Ok(None),
+                        }
+                        continue;
                     }
-                    PgWireBackendMessage::SslResponse(SslResponse::Refuse)
-                }
+                    _ => PgWireBackendMessage::SslResponse(SslResponse::Refuse),
+                },
                 SslNegotiationMetaMessage::PostgresGss(_) => {
                     PgWireBackendMessage::GssEncResponse(GssEncResponse::Refuse)
                 }
@@ -188,6 +258,36 @@ async fn negotiate<S>(
     Ok(Some(connection))
 }
 
+fn framed<S>(transport: Transport, peer: std::net::SocketAddr, secure: bool) -> Connection<S> {
+    let client = DefaultClient::new(peer, secure);
+    Framed::new(
+        FrameGuard::new(transport),
+        PgWireMessageServerCodec::new(client),
+    )
+}
+
+/// Accept TLS on the socket taken back out of the guard. Bytes the client
+/// sent after its request would be read as if they came encrypted
+/// (CVE-2021-23214): the connection ends instead.
+async fn secure<S>(
+    mut connection: Connection<S>,
+    acceptor: &TlsAcceptor,
+) -> io::Result<Option<Connection<S>>> {
+    connection
+        .send(PgWireBackendMessage::SslResponse(SslResponse::Accept))
+        .await?;
+    let parts = connection.into_parts();
+    let peer = parts.codec.client_info.socket_addr;
+    if !parts.read_buf.is_empty() {
+        return Ok(None);
+    }
+    let Some(Transport::Plain(socket)) = parts.io.into_drained() else {
+        return Ok(None);
+    };
+    let stream = acceptor.accept(socket).await?;
+    Ok(Some(framed(Transport::Tls(Box::new(stream)), peer, true)))
+}
+
 /// What the connection does after a message.
 enum Step {
     Continue,
@@ -203,6 +303,8 @@ struct Callbacks<A, Q, EQ, C, CR, E> {
     copy: Arc<C>,
     cancel: Arc<CR>,
     error: Arc<E>,
+    /// Why the startup packet is refused, if it is: SQLSTATE and message.
+    refusal: Option<(&'static str, &'static str)>,
 }
 
 impl<A, Q, EQ, C, CR, E> Callbacks<A, Q, EQ, C, CR, E>
@@ -284,6 +386,14 @@ where
             }
             // The client is leaving and may wait for the socket to close.
             Some(Ok(PgWireFrontendMessage::Terminate(_))) => return Ok(Step::End),
+            Some(Ok(PgWireFrontendMessage::Startup(_))) if self.refusal.is_some() => {
+                if let Some((code, message)) = self.refusal {
+                    let info =
+                        ErrorInfo::new("FATAL".into(), code.to_string(), message.to_string());
+                    farewell(connection, info).await;
+                }
+                return Ok(Step::End);
+            }
             Some(Ok(message)) => message,
         };
         let is_extended_query = match connection.state() {
@@ -302,6 +412,14 @@ where
         .await;
         if let Err(mut e) = processed {
             self.error.on_error(connection, &mut e);
+            // A FATAL error (a failed login) ends the connection without
+            // the ReadyForQuery pgwire would send after it.
+            let info = ErrorInfo::from(e);
+            if info.is_fatal() {
+                farewell(connection, info).await;
+                return Ok(Step::End);
+            }
+            let e = PgWireError::UserError(Box::new(info));
             process_error(connection, e, is_extended_query).await?;
         }
         Ok(Step::Continue)
@@ -401,7 +519,7 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
                 let socket = socket.into_std().expect("std socket");
-                tokio::spawn(serve(socket, Handlers));
+                tokio::spawn(serve(socket, Handlers, Admission::default()));
             }
         });
         let bystander = client(port).await;

@@ -63,6 +63,9 @@ impl Engine {
     pub fn open(config: Config) -> Result<Arc<Engine>> {
         let store = Arc::new(Store::open(&config.db_path())?);
         let catalog = Arc::new(Catalog::load(&store)?);
+        if let crate::config::Auth::Password(password) = &config.auth {
+            catalog.bootstrap_superuser(password.expose())?;
+        }
         let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
         let clock = Arc::new(Clock::new(config.manual_clock));
         let now_clock = clock.clone();

@@ -113,6 +113,8 @@ pub struct CopyIn {
 /// One connection's state.
 #[derive(Debug, Default)]
 pub struct Session {
+    /// The user the client logged in as (the startup packet's).
+    pub user: String,
     /// `SET` variables, by lower-case name.
     pub variables: BTreeMap<String, String>,
     pub copy: Option<CopyIn>,

@@ -9,6 +9,7 @@ pub mod keyaccess;
 pub mod lookup;
 pub mod parser;
 pub mod pg_catalog;
+pub mod privileges;
 pub mod provider;
 pub mod rules;
 pub mod template;

@@ -19,7 +19,9 @@ mod comment;
 mod connector;
 mod cursor;
 mod depth;
+mod grant;
 mod precedence;
+mod role;
 mod srf;
 mod using;
 
@@ -30,6 +32,8 @@ pub use precedence::fix_distinct_from;
 pub use comment::Comment;
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
+pub use grant::Grant;
+pub use role::RoleOptions;
 
 /// One parsed statement.
 #[derive(Debug, Clone)]
@@ -91,6 +95,17 @@ pub enum Statement {
     CreateSink(CreateSink),
     /// `COMMENT ON ... IS ...`.
     Comment(Comment),
+    /// `GRANT` or `REVOKE` on relations.
+    Grant(Grant),
+    /// `CREATE ROLE | USER`.
+    CreateRole(RoleOptions),
+    /// `ALTER ROLE | USER`: the attributes given change, the rest stay.
+    AlterRole(RoleOptions),
+    /// `DROP ROLE | USER [IF EXISTS] name, ...`.
+    DropRole {
+        names: Vec<String>,
+        if_exists: bool,
+    },
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -245,6 +260,10 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
             "{} is not supported yet",
             words[..w.len().min(3)].join(" ")
         ))),
+        ["GRANT" | "REVOKE", ..] => grant::grant(tokens),
+        ["CREATE", "ROLE" | "USER", ..] => role::create(tokens),
+        ["ALTER", "ROLE" | "USER", ..] => role::alter(tokens),
+        ["DROP", "ROLE" | "USER", ..] => role::drop(&tokens),
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
         ["COMMENT", "ON", ..] => comment::comment(tokens),
         ["SET", ..] => set(&tokens),

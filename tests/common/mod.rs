@@ -14,6 +14,7 @@ pub struct TestServer {
     dir: PathBuf,
     _temp: Option<tempfile::TempDir>,
     args: Vec<String>,
+    envs: Vec<(String, String)>,
 }
 
 fn free_port() -> u16 {
@@ -31,6 +32,11 @@ impl TestServer {
 
     /// Start a server with extra command-line arguments.
     pub fn start_with(args: &[String]) -> TestServer {
+        TestServer::start_with_env(args, &[])
+    }
+
+    /// Start a server with extra arguments and environment variables.
+    pub fn start_with_env(args: &[String], envs: &[(&str, &str)]) -> TestServer {
         let temp = tempfile::tempdir().expect("temp dir");
         let dir = temp.path().to_path_buf();
         let mut server = TestServer {
@@ -40,6 +46,10 @@ impl TestServer {
             dir,
             _temp: Some(temp),
             args: args.to_vec(),
+            envs: envs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         server.spawn();
         server
@@ -54,6 +64,7 @@ impl TestServer {
             dir,
             _temp: None,
             args: args.to_vec(),
+            envs: Vec::new(),
         };
         server.spawn();
         server
@@ -80,6 +91,9 @@ impl TestServer {
                 .arg(&self.dir)
                 .args(&self.args)
                 .env("WEIR_LOG", "warn")
+                // A password in the caller's environment would lock tests out.
+                .env_remove("WEIR_PASSWORD")
+                .envs(self.envs.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .spawn()
                 .expect("start weir");

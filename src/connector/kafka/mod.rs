@@ -274,6 +274,24 @@ fn csv_options(connector: &ConnectorDef) -> Result<CsvOptions> {
     Ok(csv)
 }
 
+/// A Kafka error as clients and logs see it: librdkafka's refusal of a
+/// setting quotes the value, which for a secret option is not shown.
+pub fn message(e: &rdkafka::error::KafkaError) -> String {
+    match e {
+        rdkafka::error::KafkaError::ClientConfig(_, description, key, value)
+            if crate::catalog::is_secret(key) =>
+        {
+            let redacted = crate::catalog::REDACTED;
+            let description = match value.is_empty() {
+                true => description.clone(),
+                false => description.replace(value.as_str(), redacted),
+            };
+            format!("Client config error: {description} {key} {redacted}")
+        }
+        other => other.to_string(),
+    }
+}
+
 /// Check at CREATE that the broker answers and the topic exists, so that a
 /// typo is an error now rather than a retrying connector later.
 pub async fn probe(connector: &ConnectorDef) -> Result<()> {
@@ -281,7 +299,7 @@ pub async fn probe(connector: &ConnectorDef) -> Result<()> {
     let consumer: BaseConsumer = client
         .config()
         .create()
-        .map_err(|e| Error::InvalidParameter(format!("Kafka client options: {e}")))?;
+        .map_err(|e| Error::InvalidParameter(format!("Kafka client options: {}", message(&e))))?;
     let topic = client.topic.clone();
     let bootstrap = client.bootstrap.clone();
     let metadata = tokio::task::spawn_blocking(move || {

@@ -85,7 +85,7 @@ pub async fn create_sink(
         name: create.name,
         from: from.def.id,
         connector: create.connector,
-        definition: create.text,
+        definition: crate::catalog::redacted(&create.text),
     };
     let opened = connector::kafka::open_sink_stream(engine, &from, None)?;
     engine.catalog.create_sink(def.clone())?;

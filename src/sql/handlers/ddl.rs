@@ -63,7 +63,8 @@ pub async fn create_table(
         append_only: create.append_only,
         watermark,
         partitions: engine.config.default_partitions,
-        definition: create.text.clone(),
+        // Shown by SHOW CREATE and pg_catalog: no secret may be in it.
+        definition: crate::catalog::redacted(&create.text),
         is_view: false,
         multiset: false,
         watermarked: false,

@@ -6,8 +6,10 @@ pub mod copy;
 pub mod create_mv;
 mod csv;
 pub mod ddl;
+mod grant;
 pub mod insert;
 pub mod query;
+pub mod role;
 pub mod show;
 pub mod subscribe;
 
@@ -16,9 +18,11 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ParamValues;
 
+use crate::catalog::Privilege;
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
-use crate::sql::parser::{Statement, Transaction};
+use crate::sql::parser::{CursorSource, Statement, Transaction};
+use crate::sql::privileges;
 
 pub async fn dispatch(
     engine: &Arc<Engine>,
@@ -27,15 +31,29 @@ pub async fn dispatch(
     params: Option<&ParamValues>,
 ) -> Result<Output> {
     match statement {
-        Statement::CreateTable(create) => ddl::create_table(engine, session, create).await,
+        Statement::CreateTable(create) => {
+            let name = create.name.clone();
+            let created = engine.catalog.get(&name).is_none();
+            let output = ddl::create_table(engine, session, create).await?;
+            owned(engine, session, &name, created)?;
+            Ok(output)
+        }
         Statement::Drop(drop) if drop.kind == crate::catalog::ObjectKind::Subscription => {
             subscribe::drop_subscriptions(engine, session, &drop.names, drop.if_exists)
         }
         Statement::Drop(drop) if drop.kind == crate::catalog::ObjectKind::Sink => {
             connector::drop_sinks(engine, session, &drop.names, drop.if_exists).await
         }
-        Statement::Drop(drop) => ddl::drop(engine, session, drop).await,
-        Statement::CreateSink(create) => connector::create_sink(engine, session, create).await,
+        Statement::Drop(drop) => {
+            for name in &drop.names {
+                privileges::check_owner(engine, &session.user, name)?;
+            }
+            ddl::drop(engine, session, drop).await
+        }
+        Statement::CreateSink(create) => {
+            privileges::check(engine, &session.user, &create.from, Privilege::Select)?;
+            connector::create_sink(engine, session, create).await
+        }
         Statement::Show(kind) => show::objects(engine, kind),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
         Statement::ShowVariable(name) => show::variable(session, &name),
@@ -45,7 +63,10 @@ pub async fn dispatch(
             engine.runtime.flush().await?;
             Ok(Output::command("FLUSH"))
         }
-        Statement::Copy(ast) => copy::start(engine, session, &ast).await,
+        Statement::Copy(ast) => {
+            privileges::check_copy(engine, &session.user, &ast)?;
+            copy::start(engine, session, &ast).await
+        }
         Statement::Set { name, value } => {
             if value.eq_ignore_ascii_case("default") {
                 session.variables.remove(&name);
@@ -74,10 +95,14 @@ pub async fn dispatch(
             Ok(Output::command(tag))
         }
         Statement::Transaction(t) => Ok(transaction(session, t)),
-        Statement::CopySubscribe(subscribe) => Ok(Output::CopyOut(Box::new(
-            subscribe::open(engine, &subscribe).await?,
-        ))),
+        Statement::CopySubscribe(subscribe) => {
+            privileges::check(engine, &session.user, &subscribe.name, Privilege::Select)?;
+            Ok(Output::CopyOut(Box::new(
+                subscribe::open(engine, &subscribe).await?,
+            )))
+        }
         Statement::Declare { name, source } => {
+            check_cursor(engine, session, &source)?;
             subscribe::declare(engine, session, name, source).await
         }
         Statement::Fetch(fetch) => subscribe::fetch(engine, session, fetch).await,
@@ -87,9 +112,13 @@ pub async fn dispatch(
             from,
             retention,
             if_not_exists,
-        } => subscribe::create_subscription(engine, session, name, from, retention, if_not_exists),
+        } => {
+            privileges::check(engine, &session.user, &from, Privilege::Select)?;
+            subscribe::create_subscription(engine, session, name, from, retention, if_not_exists)
+        }
         Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
         Statement::Query(ast) => {
+            privileges::check_statement(engine, &session.user, &ast)?;
             let producer = session.producer()?;
             let run = query::run(engine, &ast, params);
             let output = crate::state::writer::PRODUCER.scope(producer, run).await?;
@@ -98,13 +127,61 @@ pub async fn dispatch(
             }
             Ok(output)
         }
-        Statement::CreateView(create) => create_mv::create(engine, session, create).await,
-        Statement::CreateLogicalView(create) => {
-            create_mv::create_logical(engine, session, create).await
+        Statement::CreateView(create) => {
+            privileges::check_query(engine, &session.user, &create.query)?;
+            let name = create.name.clone();
+            let created = engine.catalog.get(&name).is_none();
+            let output = create_mv::create(engine, session, create).await?;
+            owned(engine, session, &name, created)?;
+            Ok(output)
         }
-        Statement::ExplainView { create, dot } => create_mv::explain(engine, create, dot).await,
+        Statement::CreateLogicalView(create) => {
+            privileges::check_query(engine, &session.user, &create.query)?;
+            let name = create.name.clone();
+            let created = engine.catalog.get(&name).is_none();
+            let output = create_mv::create_logical(engine, session, create).await?;
+            owned(engine, session, &name, created)?;
+            Ok(output)
+        }
+        Statement::ExplainView { create, dot } => {
+            privileges::check_query(engine, &session.user, &create.query)?;
+            create_mv::explain(engine, create, dot).await
+        }
         Statement::Comment(c) => comment::comment(engine, c),
+        Statement::Grant(g) => grant::grant(engine, session, g),
+        Statement::CreateRole(options) => role::create(engine, session, options),
+        Statement::AlterRole(options) => role::alter(engine, session, options),
+        Statement::DropRole { names, if_exists } => role::drop(engine, session, names, if_exists),
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
+    }
+}
+
+/// The creator owns what a CREATE made (not what IF NOT EXISTS found).
+fn owned(engine: &Engine, session: &Session, name: &str, created: bool) -> Result<()> {
+    if created {
+        privileges::own(engine, &session.user, name)?;
+    }
+    Ok(())
+}
+
+/// A cursor reads what it is declared on.
+fn check_cursor(engine: &Engine, session: &Session, source: &CursorSource) -> Result<()> {
+    let user = &session.user;
+    match source {
+        CursorSource::Subscribe(subscribe) => {
+            privileges::check(engine, user, &subscribe.name, Privilege::Select)
+        }
+        CursorSource::Query(statement) => privileges::check_statement(engine, user, statement),
+        CursorSource::Subscription { name, .. } => {
+            let Some(from) = engine
+                .catalog
+                .subscription(name)
+                .and_then(|s| engine.catalog.by_id(s.from))
+            else {
+                return Ok(());
+            };
+            privileges::check(engine, user, &from.table().def.name, Privilege::Select)
+        }
     }
 }
 
@@ -174,6 +251,10 @@ pub async fn describe(
         | Statement::CreateSubscription { .. }
         | Statement::CreateSink(_)
         | Statement::Comment(_)
+        | Statement::Grant(_)
+        | Statement::CreateRole(_)
+        | Statement::AlterRole(_)
+        | Statement::DropRole { .. }
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

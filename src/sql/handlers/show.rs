@@ -132,6 +132,8 @@ pub fn create(engine: &Arc<Engine>, kind: ObjectKind, name: &str) -> Result<Outp
         }
         _ => find(engine, kind, name)?.table().def.definition.clone(),
     };
+    // Definitions stored before secrets were redacted on creation are redacted here.
+    let definition = crate::catalog::redacted(&definition);
     text_rows(
         create_schema(),
         vec![vec![Some(name.to_string()), Some(definition)]],

@@ -54,11 +54,9 @@ fn unnest_item(item: &mut SelectItem) {
                 };
             }
         }
-        SelectItem::ExprWithAlias { expr, .. } => {
-            if set_returning(expr).is_some() {
-                let call = std::mem::replace(expr, Expr::value(sqlparser::ast::Value::Null));
-                *expr = unnested(call);
-            }
+        SelectItem::ExprWithAlias { expr, .. } if set_returning(expr).is_some() => {
+            let call = std::mem::replace(expr, Expr::value(sqlparser::ast::Value::Null));
+            *expr = unnested(call);
         }
         _ => {}
     }

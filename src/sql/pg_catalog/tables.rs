@@ -21,7 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role};
 
 use super::{PG_CLASS_OID, ROLE, ROLE_OID, keys};
-use crate::catalog::{Catalog, Emit, Object};
+use crate::catalog::{Catalog, Emit, Object, is_secret};
 
 /// The roles the crate's own tables see: `weir`, a superuser.
 #[derive(Debug, Clone)]
@@ -143,8 +143,8 @@ impl SchemaProvider for Overlay {
                 }
                 self.computed(Kind::Retyped(name.to_string()), schema)
             }
-            "pg_roles" => memory(roles()?)?,
-            "pg_user" => memory(user()?)?,
+            "pg_roles" => memory(roles(&self.catalog)?)?,
+            "pg_user" => memory(user(&self.catalog)?)?,
             "pg_auth_members" => memory(empty(auth_members()))?,
             "pg_user_mappings" => memory(empty(user_mappings()))?,
             "pg_db_role_setting" => memory(empty(db_role_setting()))?,
@@ -352,8 +352,13 @@ impl Computed {
         columns[at("relkind")?] = Arc::new(StringArray::from(relkind));
         columns[at("relowner")?] = Arc::new(Int32Array::from(vec![ROLE_OID; class.num_rows()]));
         columns[at("relam")?] = Arc::new(relam);
-        let acl = self.schema.field(columns.len()).data_type();
-        columns.push(new_null_array(acl, class.num_rows()));
+        let acls = (0..class.num_rows())
+            .map(|i| {
+                let object = relations.get(&oids.value(i))?;
+                self.catalog.acl(object.id()).items(ROLE)
+            })
+            .collect();
+        columns.push(Arc::new(text_lists(acls)));
         columns.push(Arc::new(text_lists(options)));
         columns[at("oid")?] = Arc::new(self.fixed_oids(state, &class).await?);
         let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
@@ -686,14 +691,16 @@ fn type_oid(sql_type: &str) -> Option<i32> {
 }
 
 /// A relation's options as `key=value`: a connector's `WITH` options
-/// (secrets left out), its format, the watermark, a view's emit policy.
+/// (secrets as `[REDACTED]`), its format, the watermark, a view's emit policy.
 fn reloptions(object: &Object) -> Vec<String> {
     let mut options = Vec::new();
     let def = &object.table().def;
     if let Some(connector) = &def.connector {
         options.push(format!("connector={}", connector.connector));
         for (key, value) in &connector.options {
-            if !is_secret(key) {
+            if is_secret(key) {
+                options.push(format!("{key}={}", crate::catalog::REDACTED));
+            } else {
                 options.push(format!("{key}={value}"));
             }
         }
@@ -724,16 +731,50 @@ fn reloptions(object: &Object) -> Vec<String> {
     options
 }
 
-fn is_secret(key: &str) -> bool {
-    ["password", "secret", "token", "credential"]
-        .iter()
-        .any(|word| key.contains(word))
+/// A role as the catalog views list it.
+struct Listed {
+    name: String,
+    oid: i32,
+    superuser: bool,
+    login: bool,
 }
 
-/// `pg_roles`: the one role, `weir`, PostgreSQL's bootstrap superuser.
-fn roles() -> DfResult<RecordBatch> {
+/// `weir` first, PostgreSQL's bootstrap superuser (oid 10) whether or not
+/// it was ever stored, then every other role.
+fn listed(catalog: &Catalog) -> Vec<Listed> {
+    let stored = catalog.roles();
+    let bootstrap = stored.iter().find(|r| r.name == ROLE);
+    let mut out = vec![Listed {
+        name: ROLE.to_string(),
+        oid: ROLE_OID,
+        superuser: true,
+        login: bootstrap.is_none_or(|r| r.login),
+    }];
+    out.extend(stored.iter().filter(|r| r.name != ROLE).map(|r| Listed {
+        name: r.name.clone(),
+        oid: ROLE_OID_BASE.saturating_add(i32::try_from(r.id).unwrap_or(i32::MAX - ROLE_OID_BASE)),
+        superuser: r.superuser,
+        login: r.login,
+    }));
+    out
+}
+
+/// Where the oids of created roles start: PostgreSQL's first normal oid.
+const ROLE_OID_BASE: i32 = 16384;
+
+/// A password is never shown, only that there is one, as PostgreSQL does.
+const HIDDEN_PASSWORD: &str = "********";
+
+/// `pg_roles`: every role. A superuser holds every attribute.
+fn roles(catalog: &Catalog) -> DfResult<RecordBatch> {
+    let roles = listed(catalog);
+    let n = roles.len();
     let timestamp = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    let yes = || Arc::new(BooleanArray::from(vec![true])) as ArrayRef;
+    let superusers = || {
+        Arc::new(BooleanArray::from_iter(
+            roles.iter().map(|r| Some(r.superuser)),
+        )) as ArrayRef
+    };
     let schema = Arc::new(Schema::new(vec![
         Field::new("rolname", DataType::Utf8, false),
         Field::new("rolsuper", DataType::Boolean, false),
@@ -750,27 +791,35 @@ fn roles() -> DfResult<RecordBatch> {
         Field::new("oid", DataType::Int32, false),
     ]));
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![ROLE])),
-        yes(),
-        yes(),
-        yes(),
-        yes(),
-        yes(),
-        yes(),
-        Arc::new(Int32Array::from(vec![-1])),
-        Arc::new(StringArray::from(vec!["********"])),
-        new_null_array(&timestamp, 1),
-        yes(),
-        new_null_array(schema.field(11).data_type(), 1),
-        Arc::new(Int32Array::from(vec![ROLE_OID])),
+        Arc::new(StringArray::from_iter_values(
+            roles.iter().map(|r| r.name.as_str()),
+        )),
+        superusers(),
+        Arc::new(BooleanArray::from(vec![true; n])),
+        superusers(),
+        superusers(),
+        Arc::new(BooleanArray::from_iter(roles.iter().map(|r| Some(r.login)))),
+        superusers(),
+        Arc::new(Int32Array::from(vec![-1; n])),
+        Arc::new(StringArray::from(vec![HIDDEN_PASSWORD; n])),
+        new_null_array(&timestamp, n),
+        superusers(),
+        new_null_array(schema.field(11).data_type(), n),
+        Arc::new(Int32Array::from_iter_values(roles.iter().map(|r| r.oid))),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
 
-/// `pg_user`: the role again, as the older view names it.
-fn user() -> DfResult<RecordBatch> {
+/// `pg_user`: the roles that may log in, as the older view names them.
+fn user(catalog: &Catalog) -> DfResult<RecordBatch> {
+    let roles: Vec<Listed> = listed(catalog).into_iter().filter(|r| r.login).collect();
+    let n = roles.len();
     let timestamp = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
-    let yes = || Arc::new(BooleanArray::from(vec![true])) as ArrayRef;
+    let superusers = || {
+        Arc::new(BooleanArray::from_iter(
+            roles.iter().map(|r| Some(r.superuser)),
+        )) as ArrayRef
+    };
     let schema = Arc::new(Schema::new(vec![
         Field::new("usename", DataType::Utf8, false),
         Field::new("usesysid", DataType::Int32, false),
@@ -783,15 +832,17 @@ fn user() -> DfResult<RecordBatch> {
         text_array("useconfig"),
     ]));
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from(vec![ROLE])),
-        Arc::new(Int32Array::from(vec![ROLE_OID])),
-        yes(),
-        yes(),
-        yes(),
-        yes(),
-        Arc::new(StringArray::from(vec!["********"])),
-        new_null_array(&timestamp, 1),
-        new_null_array(schema.field(8).data_type(), 1),
+        Arc::new(StringArray::from_iter_values(
+            roles.iter().map(|r| r.name.as_str()),
+        )),
+        Arc::new(Int32Array::from_iter_values(roles.iter().map(|r| r.oid))),
+        superusers(),
+        superusers(),
+        superusers(),
+        superusers(),
+        Arc::new(StringArray::from(vec![HIDDEN_PASSWORD; n])),
+        new_null_array(&timestamp, n),
+        new_null_array(schema.field(8).data_type(), n),
     ];
     Ok(RecordBatch::try_new(schema, columns)?)
 }
