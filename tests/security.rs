@@ -164,9 +164,11 @@ async fn auth_trust_allows_a_public_address() {
 #[tokio::test]
 async fn connections_beyond_the_limit_are_refused_and_the_others_unaffected() {
     let server = TestServer::start_with(&["--max-connections".into(), "2".into()]);
-    let first = server.connect().await;
-    let second = server.connect().await;
     let config = server.connection_string();
+    // The start's readiness probe holds a slot until the server has seen
+    // it close.
+    let first = connect_when_free(&config).await;
+    let second = connect_when_free(&config).await;
     let e = tokio_postgres::connect(&config, tokio_postgres::NoTls)
         .await
         .err()
@@ -182,18 +184,23 @@ async fn connections_beyond_the_limit_are_refused_and_the_others_unaffected() {
     assert_eq!(common::text_rows(&second, "SELECT 2").await, ["2"]);
     // A slot comes back once its connection has closed on the server.
     drop(second);
+    let third = connect_when_free(&config).await;
+    assert_eq!(common::text_rows(&third, "SELECT 3").await, ["3"]);
+}
+
+/// A connection, once a slot is free: refusals meanwhile must be 53300.
+async fn connect_when_free(config: &str) -> tokio_postgres::Client {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let third = loop {
-        match tokio_postgres::connect(&config, tokio_postgres::NoTls).await {
+    loop {
+        match tokio_postgres::connect(config, tokio_postgres::NoTls).await {
             Ok((client, connection)) => {
                 tokio::spawn(connection);
-                break client;
+                return client;
             }
             Err(e) if Instant::now() < deadline => assert_eq!(code(&e), "53300"),
-            Err(e) => panic!("the slot never came back: {e}"),
+            Err(e) => panic!("no slot came free: {e}"),
         }
-    };
-    assert_eq!(common::text_rows(&third, "SELECT 3").await, ["3"]);
+    }
 }
 
 #[tokio::test]

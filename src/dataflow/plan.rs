@@ -32,7 +32,7 @@ use crate::dataflow::operators::join::{Asof, Join, Side};
 use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
 use crate::dataflow::operators::over::{Evaluate, Over, Recompute, Recomputed};
 use crate::dataflow::operators::{
-    Aggregate, Filter, Materialize, Project, SessionAssign, Union, WindowAssign,
+    Aggregate, Filter, Hold, Materialize, Project, SessionAssign, Union, WindowAssign,
 };
 use crate::dataflow::window::{WINDOW_END, WindowKind};
 use crate::error::{Error, Result};
@@ -143,12 +143,67 @@ impl<'a> Planner<'a> {
 
     fn root(&mut self, plan: &LogicalPlan) -> Result<usize> {
         let root = self.node(plan)?;
+        if self.emit == Emit::OnWindowClose
+            && !self.on_close_taken
+            && let Some(column) = self.held_until_closed(plan)
+        {
+            self.on_close_taken = true;
+            let hold = Hold::new(column, arrow_schema(plan))?;
+            return Ok(self.push(Box::new(hold), vec![root]));
+        }
         if self.emit == Emit::OnWindowClose && !self.on_close_taken {
             return Err(Error::NotSupported(
                 "EMIT ON WINDOW CLOSE needs a GROUP BY on window_start or window_end of a window function (TUMBLE, HOP, CUMULATE, SESSION)".into(),
             ));
         }
         Ok(root)
+    }
+
+    /// For `EMIT ON WINDOW CLOSE` without a windowed aggregate: the output
+    /// column that is its input's event time, if the view only grows.
+    fn held_until_closed(&self, plan: &LogicalPlan) -> Option<usize> {
+        if !self.is_append_only(plan) {
+            return None;
+        }
+        let columns = plan.schema().columns();
+        columns.iter().position(|c| self.is_event_time(plan, c))
+    }
+
+    /// Whether `column` of `plan` is, unchanged, the column a table's
+    /// watermark is declared on.
+    fn is_event_time(&self, plan: &LogicalPlan, column: &datafusion::common::Column) -> bool {
+        let Ok(index) = plan.schema().index_of_column(column) else {
+            return false;
+        };
+        match plan {
+            LogicalPlan::TableScan(scan) => {
+                let Some(relation) = self.catalog.relation(scan.table_name.table()) else {
+                    return false;
+                };
+                let at = scan.projection.as_ref().map_or(index, |p| p[index]);
+                let watermark = relation.def.watermark.as_ref();
+                watermark.is_some_and(|w| {
+                    relation
+                        .def
+                        .columns
+                        .get(at)
+                        .is_some_and(|c| c.name == w.column)
+                })
+            }
+            LogicalPlan::Projection(p) => match &p.expr[index] {
+                Expr::Column(inner) => self.is_event_time(&p.input, inner),
+                Expr::Alias(alias) => match alias.expr.as_ref() {
+                    Expr::Column(inner) => self.is_event_time(&p.input, inner),
+                    _ => false,
+                },
+                _ => false,
+            },
+            LogicalPlan::SubqueryAlias(a) => {
+                self.is_event_time(&a.input, &a.input.schema().columns()[index])
+            }
+            LogicalPlan::Filter(f) => self.is_event_time(&f.input, column),
+            _ => false,
+        }
     }
 
     fn push(&mut self, operator: Box<dyn Operator>, inputs: Vec<usize>) -> usize {

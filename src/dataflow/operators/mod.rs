@@ -2,6 +2,7 @@
 
 pub mod aggregate;
 pub mod filter;
+pub mod hold;
 pub mod join;
 pub mod lookup;
 pub mod materialize;
@@ -13,6 +14,7 @@ pub mod window;
 
 pub use aggregate::Aggregate;
 pub use filter::Filter;
+pub use hold::Hold;
 pub use materialize::Materialize;
 pub use project::Project;
 pub use session::SessionAssign;

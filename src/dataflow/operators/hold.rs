@@ -1,0 +1,122 @@
+//! `EMIT ON WINDOW CLOSE` for a view that is not a windowed aggregate
+//! (`SELECT ts, v FROM t EMIT ON WINDOW CLOSE`): each row is held until the
+//! watermark passes its event time, then sent, so the view takes rows in
+//! event-time order and only once their time is closed. The view's input
+//! only grows, so a row once sent is never taken back.
+//!
+//! # State layout (under the operator's prefix)
+//! - event time (i64, order-preserving) ++ row (row format) -> count (i64 LE)
+
+use std::collections::BTreeMap;
+
+use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
+
+use crate::dataflow::change::{ChangeBatch, Watermark};
+use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::state::read_count;
+use crate::error::Result;
+use crate::state::keys::prefix_end;
+
+pub struct Hold {
+    /// The column holding each row's event time.
+    column: usize,
+    schema: SchemaRef,
+    rows: RowConverter,
+    watermark: Option<i64>,
+}
+
+/// An `i64` as bytes that sort like the numbers.
+fn ordered(value: i64) -> [u8; 8] {
+    ((value as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+impl Hold {
+    pub fn new(column: usize, schema: SchemaRef) -> Result<Hold> {
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|f| SortField::new(f.data_type().clone()))
+            .collect();
+        Ok(Hold {
+            column,
+            rows: RowConverter::new(fields)?,
+            schema,
+            watermark: None,
+        })
+    }
+
+    /// Send rows (encoded, with their counts) downstream.
+    fn send(&self, rows: Vec<(Vec<u8>, i64)>, cx: &mut Context<'_>) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let parser = self.rows.parser();
+        let columns = self
+            .rows
+            .convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
+        let diffs = Int64Array::from_iter_values(rows.iter().map(|(_, c)| *c));
+        cx.emit(ChangeBatch::new(batch, diffs)?);
+        Ok(())
+    }
+}
+
+impl Operator for Hold {
+    fn name(&self) -> &'static str {
+        "HoldUntilClosed"
+    }
+
+    fn describe(&self) -> String {
+        format!("by {}", self.schema.field(self.column).name())
+    }
+
+    fn on_changes(
+        &mut self,
+        _input: usize,
+        batch: ChangeBatch,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let rows = batch.rows();
+        let times = crate::catalog::micros(rows.column(self.column))?;
+        let encoded = self.rows.convert_columns(rows.columns())?;
+        let mut now: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        for (i, diff) in batch.diffs().values().iter().enumerate() {
+            let row = encoded.row(i).as_ref().to_vec();
+            // A row without a time, or one already closed, goes at once.
+            let closed = !times.is_valid(i) || self.watermark.is_some_and(|w| times.value(i) < w);
+            if closed {
+                *now.entry(row).or_default() += diff;
+                continue;
+            }
+            let key = cx.key(&[ordered(times.value(i)).as_slice(), &row].concat());
+            let held = match cx.state.get(&key)? {
+                Some(bytes) => read_count(&bytes)?,
+                None => 0,
+            };
+            match held + diff {
+                0 => cx.state.delete(key),
+                count => cx.state.put(key, count.to_le_bytes().to_vec()),
+            }
+        }
+        self.send(now.into_iter().filter(|(_, c)| *c != 0).collect(), cx)
+    }
+
+    fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {
+        self.watermark = self.watermark.max(Some(wm.micros));
+        let lower = cx.prefix.to_vec();
+        let upper = cx.key(&ordered(wm.micros));
+        let upper = upper.min(prefix_end(cx.prefix));
+        let mut closed = Vec::new();
+        for (key, value) in cx.state.scan(&lower, &upper)? {
+            let count = read_count(&value)?;
+            if count != 0 {
+                closed.push((key[cx.prefix.len() + 8..].to_vec(), count));
+            }
+            cx.state.delete(key);
+        }
+        self.send(closed, cx)?;
+        Ok(Some(wm))
+    }
+}
