@@ -32,7 +32,7 @@ use crate::dataflow::operators::join::{Asof, Join, Side};
 use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
 use crate::dataflow::operators::over::{Evaluate, Over, Recompute, Recomputed};
 use crate::dataflow::operators::{
-    Aggregate, Filter, Hold, Materialize, Project, SessionAssign, Union, WindowAssign,
+    Aggregate, Filter, Hold, Materialize, Project, SessionAssign, Union, Unnest, WindowAssign,
 };
 use crate::dataflow::window::{WINDOW_END, WindowKind};
 use crate::error::{Error, Result};
@@ -157,6 +157,28 @@ impl<'a> Planner<'a> {
             ));
         }
         Ok(root)
+    }
+
+    /// `unnest` of one list column, one level deep.
+    fn unnest(
+        &mut self,
+        u: &datafusion::logical_expr::Unnest,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        let [(list, column)] = u.list_type_columns.as_slice() else {
+            return Err(unsupported(plan));
+        };
+        if column.depth != 1 || !u.struct_type_columns.is_empty() {
+            return Err(unsupported(plan));
+        }
+        let input = self.node(&u.input)?;
+        let op = Unnest::new(
+            *list,
+            u.dependency_indices.clone(),
+            arrow_schema(plan),
+            u.options.null_handling,
+        );
+        Ok(self.push(Box::new(op), vec![input]))
     }
 
     /// For `EMIT ON WINDOW CLOSE` without a windowed aggregate: the output
@@ -305,6 +327,7 @@ impl<'a> Planner<'a> {
             LogicalPlan::Sort(sort) if sort.fetch.is_none() => self.node(&sort.input),
             LogicalPlan::Sort(sort) => self.top_n(&sort.input, &sort.expr, 0, sort.fetch, plan),
             LogicalPlan::Limit(limit) => self.limit(limit, plan),
+            LogicalPlan::Unnest(u) => self.unnest(u, plan),
             other => Err(unsupported(other)),
         }
     }

@@ -10,6 +10,7 @@ pub mod over;
 pub mod project;
 pub mod session;
 pub mod union;
+pub mod unnest;
 pub mod window;
 
 pub use aggregate::Aggregate;
@@ -19,4 +20,5 @@ pub use materialize::Materialize;
 pub use project::Project;
 pub use session::SessionAssign;
 pub use union::Union;
+pub use unnest::Unnest;
 pub use window::WindowAssign;

@@ -16,7 +16,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{
+    ArrayRef, Int64Array, RecordBatch, RecordBatchOptions, UInt32Array,
+};
 use datafusion::arrow::compute::{SortColumn, lexsort_to_indices, take, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
@@ -153,9 +155,8 @@ impl Over {
                 continue;
             }
             let result = self.compute(&rows)?;
-            let encoded = self.output_rows.convert_columns(result.columns())?;
-            for row in encoded.iter() {
-                *out.entry(row.as_ref().to_vec()).or_insert(0) += sign;
+            for row in encode(&self.output_rows, &result)? {
+                *out.entry(row).or_insert(0) += sign;
             }
         }
         out.retain(|_, diff| *diff != 0);
@@ -166,13 +167,11 @@ impl Over {
         if out.is_empty() {
             return Ok(());
         }
-        let parser = self.output_rows.parser();
-        let (rows, diffs): (Vec<_>, Vec<i64>) = out
+        let (rows, diffs): (Vec<&[u8]>, Vec<i64>) = out
             .iter()
-            .map(|(row, diff)| (parser.parse(row), *diff))
+            .map(|(row, diff)| (row.as_slice(), *diff))
             .unzip();
-        let columns = self.output_rows.convert_rows(rows)?;
-        let batch = RecordBatch::try_new(self.output.clone(), columns)?;
+        let batch = decode(&self.output_rows, &self.output, &rows)?;
         cx.emit(ChangeBatch::new(batch, Int64Array::from(diffs))?);
         Ok(())
     }
@@ -184,15 +183,13 @@ impl Over {
         if rows.is_empty() && !matches!(self.evaluate, Evaluate::Aggregate(_)) {
             return Ok(RecordBatch::new_empty(self.output.clone()));
         }
-        let parser = self.rows.parser();
-        let mut repeated = Vec::new();
+        let mut repeated: Vec<&[u8]> = Vec::new();
         for (row, count) in rows {
             for _ in 0..*count {
-                repeated.push(parser.parse(row));
+                repeated.push(row);
             }
         }
-        let columns = self.rows.convert_rows(repeated)?;
-        let batch = RecordBatch::try_new(self.input.clone(), columns)?;
+        let batch = decode(&self.rows, &self.input, &repeated)?;
         match &self.evaluate {
             Evaluate::Window(exprs) => self.windows(exprs, batch),
             Evaluate::TopN { order, skip, fetch } => top_n(order, *skip, *fetch, batch),
@@ -219,6 +216,31 @@ impl Over {
         }
         Ok(RecordBatch::try_new(self.output.clone(), columns)?)
     }
+}
+
+/// A batch's rows, encoded; a batch without columns (a `LIMIT` whose
+/// columns all went unused) has empty rows, as many as it counts.
+fn encode(converter: &RowConverter, batch: &RecordBatch) -> Result<Vec<Vec<u8>>> {
+    if batch.num_columns() == 0 {
+        return Ok(vec![Vec::new(); batch.num_rows()]);
+    }
+    let rows = converter.convert_columns(batch.columns())?;
+    Ok(rows.iter().map(|r| r.as_ref().to_vec()).collect())
+}
+
+/// Encoded rows as a batch of `schema`; see [`encode`].
+fn decode(converter: &RowConverter, schema: &SchemaRef, rows: &[&[u8]]) -> Result<RecordBatch> {
+    if schema.fields().is_empty() {
+        let options = RecordBatchOptions::new().with_row_count(Some(rows.len()));
+        return Ok(RecordBatch::try_new_with_options(
+            schema.clone(),
+            Vec::new(),
+            &options,
+        )?);
+    }
+    let parser = converter.parser();
+    let columns = converter.convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 fn converter(schema: &SchemaRef) -> Result<RowConverter> {
@@ -265,6 +287,14 @@ fn top_n(
         None => UInt32Array::from_iter_values(0..rows as u32),
     };
     let kept = all.slice(start, end - start);
+    if batch.num_columns() == 0 {
+        let options = RecordBatchOptions::new().with_row_count(Some(kept.len()));
+        return Ok(RecordBatch::try_new_with_options(
+            batch.schema(),
+            Vec::new(),
+            &options,
+        )?);
+    }
     Ok(take_record_batch(&batch, &kept)?)
 }
 
@@ -314,15 +344,13 @@ impl Operator for Over {
         let keys = (!keys.is_empty())
             .then(|| self.keys.convert_columns(&keys))
             .transpose()?;
-        let encoded = self.rows.convert_columns(rows.columns())?;
+        let encoded = encode(&self.rows, rows)?;
         for (i, diff) in batch.diffs().values().iter().enumerate() {
             let key = keys
                 .as_ref()
                 .map_or(Vec::new(), |k| k.row(i).as_ref().to_vec());
             let partition = self.pending.entry(key).or_default();
-            *partition
-                .entry(encoded.row(i).as_ref().to_vec())
-                .or_insert(0) += diff;
+            *partition.entry(encoded[i].clone()).or_insert(0) += diff;
         }
         Ok(())
     }
