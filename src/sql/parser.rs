@@ -553,6 +553,7 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     srf::unnest(query.as_mut());
     // A view over the catalog fails as one (0A000), not on a function.
     crate::sql::pg_catalog::rewrite(query.as_mut());
+    crate::sql::pg_catalog::qualify_catalog_tables(query.as_mut());
     Ok(CreateView {
         name,
         if_not_exists,

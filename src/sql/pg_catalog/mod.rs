@@ -29,7 +29,7 @@ use datafusion_pg_catalog::pg_catalog::setup_pg_catalog;
 use crate::catalog::Catalog;
 use crate::error::{Error, Result};
 
-pub use rewrite::rewrite;
+pub use rewrite::{qualify_catalog_tables, rewrite};
 
 /// Grafana's PostgreSQL data source lists the tables of the schemas on the
 /// search path with this subquery, which the crate replaces by `''` (no

@@ -28,6 +28,44 @@ pub fn rewrite<T: VisitMut>(node: &mut T) {
     let _ = node.visit(&mut Functions);
 }
 
+/// Catalog tables named without their schema (`pg_class`) named with it
+/// (`pg_catalog.pg_class`), as PostgreSQL's search path finds them first:
+/// for statements that do not go through the compatibility parser, such
+/// as a view's query, which then fails as a view over the catalog (0A000)
+/// rather than as a missing table.
+pub fn qualify_catalog_tables<T: VisitMut>(node: &mut T) {
+    let _ = sqlparser::ast::visit_relations_mut(node, |name| {
+        let catalog = match name.0.as_slice() {
+            [part] => part.as_ident().is_some_and(|i| {
+                let table = i.value.to_lowercase();
+                catalog_oid(&table).is_some()
+                    || matches!(
+                        table.as_str(),
+                        "pg_user"
+                            | "pg_views"
+                            | "pg_matviews"
+                            | "pg_tables"
+                            | "pg_settings"
+                            | "pg_description"
+                            | "pg_attribute"
+                            | "pg_index"
+                            | "pg_attrdef"
+                            | "pg_stat_activity"
+                            | "pg_sequence"
+                            | "pg_inherits"
+                            | "pg_depend"
+                    )
+            }),
+            _ => false,
+        };
+        if catalog {
+            name.0
+                .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
+        }
+        ControlFlow::<()>::Continue(())
+    });
+}
+
 /// The oids of the catalog tables whose rows carry comments.
 pub fn catalog_oid(table: &str) -> Option<i32> {
     Some(match table {
