@@ -426,16 +426,43 @@ impl<'a> Planner<'a> {
             ))?;
             node = self.push(Box::new(Filter::new(unmatched)), vec![node]);
         }
-        let columns = kept_schema
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Arc::new(PhysicalColumn::new(f.name(), i)) as Arc<dyn PhysicalExpr>)
+        Ok(self.project_columns(node, &kept_schema, 0..width, plan))
+    }
+
+    /// The columns `at` of a node's output (of schema `from`), as `plan`'s.
+    fn project_columns(
+        &mut self,
+        node: usize,
+        from: &datafusion::arrow::datatypes::Schema,
+        at: impl IntoIterator<Item = usize>,
+        plan: &LogicalPlan,
+    ) -> usize {
+        let columns = at
+            .into_iter()
+            .map(|i| {
+                Arc::new(PhysicalColumn::new(from.field(i).name(), i)) as Arc<dyn PhysicalExpr>
+            })
             .collect();
-        Ok(self.push(
+        self.push(
             Box::new(Project::new(columns, arrow_schema(plan))),
             vec![node],
-        ))
+        )
+    }
+
+    /// A join side: its rows' schema and its key expressions over them.
+    fn side<'e>(
+        &self,
+        input: &LogicalPlan,
+        keys: impl IntoIterator<Item = &'e Expr>,
+    ) -> Result<Side> {
+        let keys = keys
+            .into_iter()
+            .map(|k| self.expr(k, input.schema()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Side {
+            keys,
+            schema: arrow_schema(input),
+        })
     }
 
     /// A semi join whose other side holds one row per join key at most (an
@@ -449,42 +476,21 @@ impl<'a> Planner<'a> {
         plan: &LogicalPlan,
     ) -> Result<usize> {
         let both = j.left.schema().join(j.right.schema())?;
-        let side = |input: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| -> Result<Side> {
-            let keys =
-                j.on.iter()
-                    .map(|pair| self.expr(pick(pair), input.schema()))
-                    .collect::<Result<Vec<_>>>()?;
-            Ok(Side {
-                keys,
-                schema: arrow_schema(input),
-            })
-        };
-        let left = side(&j.left, |p| &p.0)?;
-        let right = side(&j.right, |p| &p.1)?;
+        let left = self.side(&j.left, j.on.iter().map(|p| &p.0))?;
+        let right = self.side(&j.right, j.on.iter().map(|p| &p.1))?;
         let residual = j.filter.as_ref().map(|f| self.expr(f, &both)).transpose()?;
         let left_node = self.node(&j.left)?;
         let right_node = self.node(&j.right)?;
         let joined = Arc::new(both.as_arrow().clone());
-        let op = Join::new(left, right, residual, joined)?
+        let op = Join::new(left, right, residual, joined.clone())?
             .appending(self.is_append_only(&j.left), self.is_append_only(&j.right));
         let node = self.push(Box::new(op), vec![left_node, right_node]);
         let offset = match std::ptr::eq(kept, j.left.as_ref()) {
             true => 0,
             false => j.left.schema().fields().len(),
         };
-        let columns = kept
-            .schema()
-            .fields()
-            .iter()
-            .enumerate()
-            .map(|(i, f)| {
-                Arc::new(PhysicalColumn::new(f.name(), offset + i)) as Arc<dyn PhysicalExpr>
-            })
-            .collect();
-        Ok(self.push(
-            Box::new(Project::new(columns, arrow_schema(plan))),
-            vec![node],
-        ))
+        let width = kept.schema().fields().len();
+        Ok(self.project_columns(node, &joined, offset..offset + width, plan))
     }
 
     /// Window functions: each partition's rows kept, its answer recomputed
@@ -612,25 +618,15 @@ impl<'a> Planner<'a> {
                     .into(),
             ));
         }
-        let keys = |side: &LogicalPlan, pick: fn(&(Expr, Expr)) -> &Expr| {
-            if j.on.is_empty() {
-                // No equality: every row under one key, pairs found by the
-                // condition alone (a nested-loop join).
-                let one = datafusion::physical_expr::expressions::lit(ScalarValue::Int32(Some(0)));
-                return Ok(vec![one]);
-            }
-            j.on.iter()
-                .map(|pair| self.expr(pick(pair), side.schema()))
-                .collect::<Result<Vec<_>>>()
-        };
-        let left = Side {
-            keys: keys(&j.left, |p| &p.0)?,
-            schema: arrow_schema(&j.left),
-        };
-        let right = Side {
-            keys: keys(&j.right, |p| &p.1)?,
-            schema: arrow_schema(&j.right),
-        };
+        let mut left = self.side(&j.left, j.on.iter().map(|p| &p.0))?;
+        let mut right = self.side(&j.right, j.on.iter().map(|p| &p.1))?;
+        if j.on.is_empty() {
+            // No equality: every row under one key, pairs found by the
+            // condition alone (a nested-loop join).
+            let one = datafusion::physical_expr::expressions::lit(ScalarValue::Int32(Some(0)));
+            left.keys = vec![one.clone()];
+            right.keys = vec![one];
+        }
         let residual = j
             .filter
             .as_ref()
@@ -720,16 +716,7 @@ impl<'a> Planner<'a> {
         let joined = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
         let op = Join::new(left, right, None, joined.clone())?;
         let node = self.push(Box::new(op), nodes.to_vec());
-        let columns = kept
-            .into_iter()
-            .map(|i| {
-                Arc::new(PhysicalColumn::new(joined.field(i).name(), i)) as Arc<dyn PhysicalExpr>
-            })
-            .collect();
-        Ok(self.push(
-            Box::new(Project::new(columns, arrow_schema(plan))),
-            vec![node],
-        ))
+        Ok(self.project_columns(node, &joined, kept, plan))
     }
 
     fn asof_join(
@@ -748,18 +735,8 @@ impl<'a> Planner<'a> {
                 )));
             }
         };
-        let side = |input: &LogicalPlan, exprs: Vec<&Expr>| -> Result<Side> {
-            let keys = exprs
-                .into_iter()
-                .map(|e| self.expr(e, input.schema()))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Side {
-                keys,
-                schema: arrow_schema(input),
-            })
-        };
-        let left = side(&j.left, condition.equal.iter().map(|p| &p.0).collect())?;
-        let right = side(&j.right, condition.equal.iter().map(|p| &p.1).collect())?;
+        let left = self.side(&j.left, condition.equal.iter().map(|p| &p.0))?;
+        let right = self.side(&j.right, condition.equal.iter().map(|p| &p.1))?;
         let asof = Asof::new(
             self.expr(&condition.left, j.left.schema())?,
             self.expr(&condition.right, j.right.schema())?,

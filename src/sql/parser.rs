@@ -638,7 +638,7 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
                     w.value.to_lowercase()
                 };
                 if offset == 2
-                    && let Some(close) = closing_paren(&tokens, solid[n + 1])
+                    && let Some(close) = cursor::matching_paren(&tokens, solid[n + 1])
                     && !has_alias(&tokens, close + 1)
                 {
                     aliases.push((close + 1, name.clone()));
@@ -658,24 +658,6 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         out.splice(at..at, alias.map(|t| TokenWithSpan::new(t, span)));
     }
     out
-}
-
-/// The parenthesis that closes the one at `open`.
-fn closing_paren(tokens: &[TokenWithSpan], open: usize) -> Option<usize> {
-    let mut depth = 0;
-    for (i, t) in tokens.iter().enumerate().skip(open) {
-        match t.token {
-            Token::LParen => depth += 1,
-            Token::RParen => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(i);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 /// Whether a relation ending before `from` is followed by an alias

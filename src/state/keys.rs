@@ -13,6 +13,11 @@ pub fn row_key(table: u64, key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// An `i64` as bytes that sort like the numbers (event times in keys).
+pub fn ordered(value: i64) -> [u8; 8] {
+    ((value as u64) ^ (1 << 63)).to_be_bytes()
+}
+
 /// The smallest key greater than every key starting with `prefix`.
 pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     let mut end = prefix.to_vec();

@@ -17,7 +17,7 @@ use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::read_count;
 use crate::error::Result;
-use crate::state::keys::prefix_end;
+use crate::state::keys::{ordered, prefix_end};
 
 pub struct Hold {
     /// The column holding each row's event time.
@@ -25,11 +25,6 @@ pub struct Hold {
     schema: SchemaRef,
     rows: RowConverter,
     watermark: Option<i64>,
-}
-
-/// An `i64` as bytes that sort like the numbers.
-fn ordered(value: i64) -> [u8; 8] {
-    ((value as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 impl Hold {
@@ -90,15 +85,9 @@ impl Operator for Hold {
                 *now.entry(row).or_default() += diff;
                 continue;
             }
+            // Counted without reading: the scan at the watermark sums.
             let key = cx.key(&[ordered(times.value(i)).as_slice(), &row].concat());
-            let held = match cx.state.get(&key)? {
-                Some(bytes) => read_count(&bytes)?,
-                None => 0,
-            };
-            match held + diff {
-                0 => cx.state.delete(key),
-                count => cx.state.put(key, count.to_le_bytes().to_vec()),
-            }
+            cx.state.add_count(key, *diff)?;
         }
         self.send(now.into_iter().filter(|(_, c)| *c != 0).collect(), cx)
     }

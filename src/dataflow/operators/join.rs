@@ -55,7 +55,7 @@ use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
 use crate::error::Result;
-use crate::state::keys::prefix_end;
+use crate::state::keys::{ordered, prefix_end};
 
 mod asof;
 mod memory;
@@ -167,11 +167,6 @@ fn group_rows<'k>(keys: &'k Rows, valid: &[bool]) -> (Groups<'k>, Vec<u32>) {
         start += run.len();
     }
     (groups, tagged.into_iter().map(|(_, i)| i).collect())
-}
-
-/// An `i64` as bytes that sort like the numbers.
-fn ordered(value: i64) -> [u8; 8] {
-    ((value as u64) ^ (1 << 63)).to_be_bytes()
 }
 
 fn tag(side: usize) -> &'static [u8] {

@@ -38,7 +38,7 @@ use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
-use crate::state::keys::prefix_end;
+use crate::state::keys::{ordered, prefix_end};
 
 pub struct SessionAssign {
     time_column: usize,
@@ -55,10 +55,6 @@ pub struct SessionAssign {
 
 /// An event of one key: its time and row, and how often it occurred.
 type Events = BTreeMap<(i64, Vec<u8>), i64>;
-
-fn ordered(value: i64) -> [u8; 8] {
-    ((value as u64) ^ (1 << 63)).to_be_bytes()
-}
 
 fn from_ordered(bytes: &[u8]) -> Result<i64> {
     let raw: [u8; 8] = bytes

@@ -116,7 +116,8 @@ pub fn copy_subscribe(tokens: &[TokenWithSpan]) -> Result<Statement> {
     Ok(Statement::CopySubscribe(inner))
 }
 
-fn matching_paren(tokens: &[TokenWithSpan], open: usize) -> Option<usize> {
+/// The parenthesis that closes the one at `open`.
+pub(super) fn matching_paren(tokens: &[TokenWithSpan], open: usize) -> Option<usize> {
     let mut depth = 0;
     for (i, t) in tokens.iter().enumerate().skip(open) {
         match t.token {

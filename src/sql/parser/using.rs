@@ -77,26 +77,14 @@ fn next_merging_join(from: &TableWithJoins) -> Option<usize> {
 
 /// `from`'s relation and its first `at` joins, as one derived table.
 fn nest_joins(from: &mut TableWithJoins, at: usize, n: usize) {
-    let placeholder = TableFactor::Table {
-        name: sqlparser::ast::ObjectName::from(vec![Ident::new("")]),
-        alias: None,
-        args: None,
-        with_hints: Vec::new(),
-        version: None,
-        with_ordinality: false,
-        partitions: Vec::new(),
-        json_path: None,
-        sample: None,
-        index_hints: Vec::new(),
+    let inner = TableWithJoins {
+        relation: from.relation.clone(),
+        joins: from.joins[..at].to_vec(),
     };
-    let relation = std::mem::replace(&mut from.relation, placeholder);
-    let rest = from.joins.split_off(at);
-    let joins = std::mem::replace(&mut from.joins, rest);
-    let inner = TableWithJoins { relation, joins };
-    let sql = format!("SELECT * FROM {inner}");
-    let Ok(subquery) = super::parse_query(&sql) else {
+    let Ok(subquery) = super::parse_query(&format!("SELECT * FROM {inner}")) else {
         return;
     };
+    from.joins.drain(..at);
     from.relation = TableFactor::Derived {
         lateral: false,
         subquery,
