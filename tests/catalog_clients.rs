@@ -9,12 +9,13 @@ use std::process::Command;
 
 use common::TestServer;
 
-fn run(script: &str) {
+fn run(script: &str, args: &[&str]) {
     let server = TestServer::start();
     let path = format!("{}/tests/drivers/{script}", env!("CARGO_MANIFEST_DIR"));
     let output = Command::new("python3")
         .arg(&path)
         .arg(server.port.to_string())
+        .args(args)
         .output()
         .expect("python3 runs (scripts/install-deps.sh installs the client packages)");
     assert!(
@@ -27,15 +28,20 @@ fn run(script: &str) {
 
 #[test]
 fn sqlalchemy_reflects_tables_views_and_keys() {
-    run("sqlalchemy_reflection.py");
+    run("sqlalchemy_reflection.py", &["psycopg2"]);
+}
+
+#[test]
+fn sqlalchemy_reflects_through_psycopg3() {
+    run("sqlalchemy_reflection.py", &["psycopg"]);
 }
 
 #[test]
 fn pgcli_completion_queries_answer() {
-    run("pgcli_completion.py");
+    run("pgcli_completion.py", &[]);
 }
 
 #[test]
 fn grafana_lists_tables_and_plots_a_view() {
-    run("grafana_queries.py");
+    run("grafana_queries.py", &[]);
 }

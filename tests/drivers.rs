@@ -59,6 +59,15 @@ fn sqlalchemy_connects_and_queries_through_core_and_orm() {
 }
 
 #[test]
+fn sqlalchemy_through_psycopg3() {
+    check(
+        "python3",
+        &drivers_dir().join("sqlalchemy_orm.py"),
+        &["psycopg"],
+    );
+}
+
+#[test]
 fn node_postgres_text_parameters_and_types() {
     let dir = drivers_dir().join("node");
     // The test command installs the package (scripts/install-deps.sh); a

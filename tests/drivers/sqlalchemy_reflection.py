@@ -1,29 +1,15 @@
-"""SQLAlchemy 2 reflection over weir's catalog (psycopg2): table, view and
-materialized view names, columns with their types, the primary key,
-comments, and Table(..., autoload_with=engine). Run by
-tests/catalog_clients.rs with the server's port; exits non-zero on any
-mismatch."""
+"""SQLAlchemy 2 reflection over weir's catalog (psycopg2 or psycopg 3):
+table, view and materialized view names, columns with their types, the
+primary key, comments, and Table(..., autoload_with=engine). Run by
+tests/catalog_clients.rs with the server's port and the driver's name;
+exits non-zero on any mismatch."""
 
 import sys
 
 from sqlalchemy import MetaData, Table, create_engine, inspect
-from sqlalchemy.dialects.postgresql.base import PGDialect
 
-# SQLAlchemy parses version() for a PostgreSQL version; until weir's
-# version() names one, reflection is checked as against PostgreSQL 15.
-_server_version = PGDialect._get_server_version_info
-
-
-def _version(self, connection):
-    try:
-        return _server_version(self, connection)
-    except AssertionError:
-        return (15, 0)
-
-
-PGDialect._get_server_version_info = _version
-
-engine = create_engine(f"postgresql+psycopg2://weir@127.0.0.1:{sys.argv[1]}/weir")
+port, driver = sys.argv[1], sys.argv[2]
+engine = create_engine(f"postgresql+{driver}://weir@127.0.0.1:{port}/weir")
 with engine.connect() as c:
     c = c.execution_options(isolation_level="AUTOCOMMIT")
     for statement in [

@@ -5,6 +5,7 @@
 //! DataFusion's plan of the affected rows and send them to the writer, which
 //! re-checks them against the latest committed state.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion::arrow::array::RecordBatch;
@@ -162,12 +163,33 @@ pub async fn describe(
         | LogicalPlan::Copy(_) => None,
         other => Some(names.apply(Arc::new(other.schema().as_arrow().clone()))),
     };
-    Ok((parameter_types(&plan)?, schema))
+    Ok((parameter_types(&plan, highest_placeholder(ast))?, schema))
 }
 
-fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
+/// The highest `$n` written in the statement: the number of parameters a
+/// client binds, whether or not the plan still reads each one.
+fn highest_placeholder(ast: &ast::Statement) -> usize {
+    use sqlparser::ast::{Visit, Visitor};
+    struct Highest(usize);
+    impl Visitor for Highest {
+        type Break = ();
+        fn pre_visit_value(&mut self, value: &ast::ValueWithSpan) -> ControlFlow<()> {
+            if let ast::Value::Placeholder(p) = &value.value
+                && let Some(n) = p.strip_prefix('$').and_then(|n| n.parse().ok())
+            {
+                self.0 = self.0.max(n);
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut highest = Highest(0);
+    let _ = ast.visit(&mut highest);
+    highest.0
+}
+
+fn parameter_types(plan: &LogicalPlan, written: usize) -> Result<Vec<Option<DataType>>> {
     let cast = cast_parameter_types(plan)?;
-    let mut types: Vec<(usize, Option<DataType>)> = plan
+    let types: Vec<(usize, Option<DataType>)> = plan
         .get_parameter_types()?
         .into_iter()
         .map(|(name, t)| {
@@ -181,8 +203,21 @@ fn parameter_types(plan: &LogicalPlan) -> Result<Vec<Option<DataType>>> {
                 .map(|i| (i, t))
         })
         .collect();
-    types.sort_by_key(|(i, _)| *i);
-    Ok(types.into_iter().map(|(_, t)| t).collect())
+    // A parameter the plan no longer reads (its subquery was folded away)
+    // keeps its place, untyped, so the ones after it keep their numbers.
+    let count = types
+        .iter()
+        .map(|(i, _)| *i)
+        .max()
+        .unwrap_or(0)
+        .max(written);
+    let mut by_position = vec![None; count];
+    for (i, t) in types {
+        if let Some(slot) = i.checked_sub(1).and_then(|i| by_position.get_mut(i)) {
+            *slot = t;
+        }
+    }
+    Ok(by_position)
 }
 
 /// The type of each parameter written `$n::type`: PostgreSQL gives the

@@ -8,14 +8,16 @@
 //!   the lookups in `pg_description` PostgreSQL defines them as;
 //! - `pg_get_viewdef(oid)` looks the name up in `pg_class` first;
 //! - `alias.tableoid`, a system column DataFusion's tables lack, becomes
-//!   the oid of the catalog table the alias names.
+//!   the oid of the catalog table the alias names;
+//! - `pg_tables`, `pg_views` and `pg_matviews` become PostgreSQL's
+//!   definitions of them over `pg_class`, which knows weir's relations.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectNamePart, OrderByKind,
-    Query, SelectItem, SetExpr, TableFactor, Value, VisitMut, VisitorMut,
+    Query, SelectItem, SetExpr, TableAlias, TableFactor, Value, VisitMut, VisitorMut,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -24,6 +26,7 @@ use super::PG_CLASS_OID;
 
 /// Rewrite a statement or query in place.
 pub fn rewrite<T: VisitMut>(node: &mut T) {
+    let _ = node.visit(&mut CatalogViews);
     let _ = node.visit(&mut TableOids);
     let _ = node.visit(&mut Functions);
 }
@@ -64,6 +67,86 @@ pub fn qualify_catalog_tables<T: VisitMut>(node: &mut T) {
         }
         ControlFlow::<()>::Continue(())
     });
+}
+
+/// The catalog views PostgreSQL defines over `pg_class`, as it does.
+fn catalog_view(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "pg_tables" => {
+            "SELECT n.nspname AS schemaname, c.relname AS tablename, \
+             pg_get_userbyid(c.relowner) AS tableowner, \
+             CAST(NULL AS TEXT) AS tablespace, c.relhasindex AS hasindex, \
+             c.relhasrules AS hasrules, c.relhastriggers AS hastriggers, \
+             c.relrowsecurity AS rowsecurity \
+             FROM pg_catalog.pg_class c \
+             LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p')"
+        }
+        "pg_views" => {
+            "SELECT n.nspname AS schemaname, c.relname AS viewname, \
+             pg_get_userbyid(c.relowner) AS viewowner, \
+             pg_get_viewdef(c.oid) AS definition \
+             FROM pg_catalog.pg_class c \
+             LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind = 'v'"
+        }
+        "pg_matviews" => {
+            "SELECT n.nspname AS schemaname, c.relname AS matviewname, \
+             pg_get_userbyid(c.relowner) AS matviewowner, \
+             CAST(NULL AS TEXT) AS tablespace, c.relhasindex AS hasindexes, \
+             true AS ispopulated, pg_get_viewdef(c.oid) AS definition \
+             FROM pg_catalog.pg_class c \
+             LEFT JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind = 'm'"
+        }
+        _ => return None,
+    })
+}
+
+/// Replaces a reference to a catalog view by its definition, under the
+/// name the query gave it.
+struct CatalogViews;
+
+impl VisitorMut for CatalogViews {
+    type Break = ();
+
+    fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+        let TableFactor::Table { name, alias, .. } = factor else {
+            return ControlFlow::Continue(());
+        };
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
+            .collect();
+        let view = match parts.as_slice() {
+            [table] | [_, table] if parts.len() == 1 || parts[0] == "pg_catalog" => table,
+            _ => return ControlFlow::Continue(()),
+        };
+        let Some(subquery) = catalog_view(view).and_then(parse_query) else {
+            return ControlFlow::Continue(());
+        };
+        let alias = alias.take().unwrap_or_else(|| TableAlias {
+            explicit: true,
+            at: None,
+            name: Ident::new(view.as_str()),
+            columns: vec![],
+        });
+        *factor = TableFactor::Derived {
+            lateral: false,
+            subquery,
+            alias: Some(alias),
+            sample: None,
+        };
+        ControlFlow::Continue(())
+    }
+}
+
+fn parse_query(sql: &str) -> Option<Box<Query>> {
+    Parser::new(&PostgreSqlDialect {})
+        .try_with_sql(sql)
+        .and_then(|mut p| p.parse_query())
+        .ok()
 }
 
 /// The oids of the catalog tables whose rows carry comments.
@@ -270,6 +353,14 @@ fn rewrite_call(expr: &Expr) -> Option<Expr> {
                  FROM pg_catalog.pg_class __weir_c WHERE __weir_c.oid = ({view}))"
             ))
         }
+        // NULL for a type that does not exist, where a cast to regtype
+        // fails; a type is found by its catalog name, qualified or not,
+        // or by its SQL spelling (`integer`). psycopg 3 looks types up so.
+        ("to_regtype", [name]) => parse_expr(&format!(
+            "(SELECT min(__weir_t.oid) FROM pg_catalog.pg_type __weir_t \
+             WHERE ({name}) IN (__weir_t.typname, 'pg_catalog.' || __weir_t.typname, \
+             format_type(__weir_t.oid, NULL)))"
+        )),
         _ => None,
     }
 }
@@ -500,7 +591,13 @@ fn reads_only_empty(query: &Query) -> bool {
     let SetExpr::Select(select) = query.body.as_ref() else {
         return false;
     };
-    matches!(select.from.as_slice(), [from] if from.joins.is_empty()
+    // A count over an empty table is 0, not NULL.
+    let counts = select
+        .projection
+        .iter()
+        .any(|item| item.to_string().to_ascii_lowercase().contains("count("));
+    !counts
+        && matches!(select.from.as_slice(), [from] if from.joins.is_empty()
         && matches!(&from.relation, TableFactor::Table { name, .. }
             if name.0.last().and_then(ObjectNamePart::as_ident)
                 .is_some_and(|t| EMPTY.contains(&t.value.as_str()))))
