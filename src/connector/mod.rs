@@ -30,8 +30,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::catalog::{ConnectorDef, SinkDef, Table, TableDef};
+use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
-use crate::session::Engine;
 
 /// How a connector task is doing, as SHOW SOURCES and SHOW SINKS print it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,18 +142,18 @@ impl std::fmt::Debug for Connectors {
 
 impl Connectors {
     /// Start feeding `table` from its connector.
-    pub fn start_source(&self, engine: &Arc<Engine>, table: Arc<Table>) {
+    pub fn start_source(&self, node: &Node, table: Arc<Table>) {
         let Some(connector) = table.def.connector.clone() else {
             return;
         };
-        let engine = engine.clone();
+        let node = node.clone();
         let id = table.def.id;
-        let runtime = engine.background.clone();
+        let runtime = node.background.clone();
         self.spawn(&runtime, id, move |handle| async move {
             match connector.connector.as_str() {
-                "kafka" => supervise(handle, |h| kafka::source(&engine, &table, h)).await,
+                "kafka" => supervise(handle, |h| kafka::source(&node, &table, h)).await,
                 "nexmark" | "datagen" => {
-                    supervise(handle, |h| generator::source(&engine, &table, h)).await
+                    supervise(handle, |h| generator::source(&node, &table, h)).await
                 }
                 other => handle.progress.set(Status::Failed(format!(
                     "connector '{other}' cannot feed a table"
@@ -166,16 +166,16 @@ impl Connectors {
     /// stream CREATE SINK opened, `None` when the sink resumes.
     pub fn start_sink(
         &self,
-        engine: &Arc<Engine>,
+        node: &Node,
         sink: SinkDef,
-        opened: Option<crate::session::subscribe::Subscription>,
+        opened: Option<crate::dataflow::subscribe::Subscription>,
     ) {
-        let engine = engine.clone();
+        let node = node.clone();
         let id = sink.id;
         let first = Mutex::new(opened);
-        let runtime = engine.background.clone();
+        let runtime = node.background.clone();
         self.spawn(&runtime, id, move |handle| async move {
-            supervise(handle, |h| kafka::sink(&engine, &sink, &first, h)).await
+            supervise(handle, |h| kafka::sink(&node, &sink, &first, h)).await
         });
     }
 

@@ -2,15 +2,18 @@
 
 pub mod asof;
 pub mod change;
+pub mod clock;
 pub mod errors;
 pub mod graph;
 pub mod join_bounds;
 pub mod late;
+pub mod node;
 pub mod operator;
 pub mod operators;
 pub mod plan;
 pub mod runtime;
 pub mod state;
+pub mod subscribe;
 pub mod task;
 pub mod window;
 

@@ -47,11 +47,11 @@ use super::scram;
 use super::text::TextStyle;
 use crate::config::Auth;
 use crate::error::Error;
+use crate::session::handlers;
+use crate::session::handlers::copy::CopyFormat;
 use crate::session::streams::Encode;
 use crate::session::subscribe::Subscription;
 use crate::session::{self, Engine, Metrics, Output, Session};
-use crate::sql::handlers;
-use crate::sql::handlers::copy::CopyFormat;
 use crate::sql::parser::{self, Statement};
 
 /// The handlers pgwire calls, shared by every connection.

@@ -10,8 +10,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::messages::data::DataRow;
 
+use crate::session::handlers::copy::CopyFormat;
 use crate::sql::datetime::parse_zone;
-use crate::sql::handlers::copy::CopyFormat;
 use crate::sql::text;
 
 /// How a session wants values printed (`SET TimeZone`, `SET extra_float_digits`).

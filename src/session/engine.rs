@@ -12,6 +12,7 @@ use crate::catalog::Catalog;
 use crate::config::Config;
 use crate::dataflow::errors::Failures;
 use crate::dataflow::late;
+use crate::dataflow::node::Node;
 use crate::dataflow::runtime::{Runtime, Settings};
 use crate::error::{Error, Result};
 use crate::sql::functions::{ProcTime, Version};
@@ -37,6 +38,8 @@ pub struct Engine {
     pub streams: super::streams::Streams,
     /// The tasks of sources and sinks.
     pub connectors: crate::connector::Connectors,
+    /// The parts sources, sinks and change streams use.
+    pub node: Node,
     /// The runtime the node started on: work that outlives a statement runs
     /// there, not on the thread of the connection that started it.
     pub background: tokio::runtime::Handle,
@@ -94,7 +97,17 @@ impl Engine {
         };
         let runtime = Runtime::start(store.db().clone(), settings)?;
         let streams = super::streams::Streams::start()?;
+        let node = Node {
+            store: store.clone(),
+            catalog: catalog.clone(),
+            writer: writer.clone(),
+            clock: clock.clone(),
+            epochs: runtime.committed(),
+            idle_timeout: config.idle_timeout,
+            background: tokio::runtime::Handle::current(),
+        };
         Ok(Arc::new(Engine {
+            node,
             clock,
             runtime,
             config,
@@ -124,7 +137,7 @@ impl Engine {
         views.sort_by_key(|v| v.table.def.id);
         self.retain_table_logs()?;
         for view in views {
-            crate::sql::handlers::create_mv::start(self, &view, false).await?;
+            crate::session::handlers::create_mv::start(self, &view, false).await?;
         }
         self.start_connectors();
         Ok(())
@@ -141,7 +154,7 @@ impl Engine {
                     .map(|s| s.retention)
                     .max()
                     .unwrap_or(0);
-                crate::sql::handlers::ddl::retain_log(self, &table.def, subscribed)?;
+                crate::session::handlers::ddl::retain_log(self, &table.def, subscribed)?;
             }
         }
         Ok(())
@@ -152,11 +165,11 @@ impl Engine {
             if let crate::catalog::Object::Table(table) = object
                 && table.def.connector.is_some()
             {
-                self.connectors.start_source(self, table);
+                self.connectors.start_source(&self.node, table);
             }
         }
         for sink in self.catalog.sinks() {
-            self.connectors.start_sink(self, sink, None);
+            self.connectors.start_sink(&self.node, sink, None);
         }
     }
 

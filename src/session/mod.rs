@@ -1,9 +1,9 @@
 //! Statements: per-connection state, and the engine every connection shares.
 
-mod clock;
 mod engine;
+pub mod handlers;
+pub mod privileges;
 pub mod streams;
-pub mod subscribe;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,12 +13,13 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::ParamValues;
 
-pub use clock::Clock;
+pub use crate::dataflow::clock::Clock;
+pub use crate::dataflow::node::blocking;
+pub use crate::dataflow::subscribe;
 pub use engine::{Engine, Metrics};
 
 use crate::catalog::Table;
 use crate::error::Result;
-use crate::sql::handlers;
 use crate::sql::parser::Statement;
 
 /// What a statement returns to the client.
@@ -281,14 +282,4 @@ fn until(
     Box::pin(
         datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, limited.boxed()),
     )
-}
-
-/// Run blocking work from a task: on a multi-threaded runtime the worker
-/// hands its other tasks off first; a connection thread runs it in place,
-/// since its other connections have nowhere else to go.
-pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
 }

@@ -187,7 +187,7 @@ impl Stream<'_> {
         let cache = &self.engine.streams.cache;
         tokio::select! {
             _ = self.tx.closed() => None,
-            pieces = self.subscription.fetch_encoded(self.engine, cache, self.encoder) => Some(pieces),
+            pieces = self.subscription.fetch_encoded(&self.engine.node, cache, self.encoder) => Some(pieces),
         }
     }
 

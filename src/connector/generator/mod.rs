@@ -32,8 +32,8 @@ use tokio::time::Instant;
 
 use super::{Failure, Handle, Progress, Status, refuse_unknown};
 use crate::catalog::{ConnectorDef, Table, TableDef};
+use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
-use crate::session::Engine;
 use crate::state::writer::{self, WriteOp};
 
 mod datagen;
@@ -96,7 +96,7 @@ pub fn check(connector: &ConnectorDef, table: &TableDef) -> Result<()> {
 
 /// Generate rows into `table` until the configured count, or forever.
 pub async fn source(
-    engine: &Arc<Engine>,
+    node: &Node,
     table: &Arc<Table>,
     handle: Handle,
 ) -> std::result::Result<(), Failure> {
@@ -107,20 +107,20 @@ pub async fn source(
         .as_ref()
         .ok_or_else(|| Failure::Fatal("the table has no connector".into()))?;
     let options = Options::parse(connector, &table.def).map_err(fatal)?;
-    let mut rounds = Rounds::resume(engine, table, &options)?;
+    let mut rounds = Rounds::resume(node, table, &options)?;
     let pace = Pace::new(options.rate(), rounds.reached());
     handle.progress.set(Status::Running);
     loop {
         let round = rounds.next().await?;
         if round.rows.is_empty() {
-            return end_event_time(engine, table).await;
+            return end_event_time(node, table).await;
         }
         pace.wait(rounds.reached()).await;
         let op = match table.def.append_only {
             true => WriteOp::Append { rows: round.rows },
             false => WriteOp::InsertUnkeyed { rows: round.rows },
         };
-        let written = engine
+        let written = node
             .writer
             .write_from(table.target(), op, round.mark, rounds.positions())
             .await?;
@@ -132,13 +132,12 @@ pub async fn source(
 /// goes to the end of time and every window over it closes, as windows do
 /// at the end of a bounded input in Flink. A restarted one that was done
 /// already commits an empty write: the watermark is there, and stays.
-async fn end_event_time(engine: &Engine, table: &Arc<Table>) -> std::result::Result<(), Failure> {
+async fn end_event_time(node: &Node, table: &Arc<Table>) -> std::result::Result<(), Failure> {
     if table.def.watermark.is_none() {
         return Ok(());
     }
     let op = WriteOp::Append { rows: Vec::new() };
-    engine
-        .writer
+    node.writer
         .write_from(table.target(), op, Some(Table::END_OF_TIME), Vec::new())
         .await?;
     Ok(())
@@ -357,11 +356,11 @@ struct Round {
 
 impl Rounds {
     /// Every split where its last write committed, or at its start.
-    fn resume(engine: &Engine, table: &Arc<Table>, options: &Options) -> Result<Rounds> {
+    fn resume(node: &Node, table: &Arc<Table>, options: &Options) -> Result<Rounds> {
         let ids: Vec<String> = (0..options.split_count())
             .map(|split| position_id(table.def.id, split))
             .collect();
-        let db = engine.store.db();
+        let db = node.store.db();
         let committed = ids
             .iter()
             .map(|id| writer::producer_seq(db, id))

@@ -18,9 +18,9 @@ use parking_lot::Mutex;
 use crate::catalog::{SinkDef, Table};
 use crate::connector::format::Encoder;
 use crate::connector::{Failure, Handle, Progress, Status};
+use crate::dataflow::node::Node;
+use crate::dataflow::subscribe::{Options, Pace, Subscription};
 use crate::error::{Error, Result};
-use crate::session::Engine;
-use crate::session::subscribe::{Options, Pace, Subscription};
 use crate::state::{CF_STATE, cf, keys};
 
 /// Where a sink keeps the last epoch Kafka acknowledged in full.
@@ -35,9 +35,9 @@ type Tails = HashMap<i32, (u64, u64)>;
 /// The change stream a new sink starts from: the relation as CREATE SINK
 /// found it, then every change after. Opened by the statement itself, so
 /// that changes committed while the task connects are not folded into it.
-pub fn open(engine: &Engine, table: &Arc<Table>, resume: Option<u64>) -> Result<Subscription> {
+pub fn open(node: &Node, table: &Arc<Table>, resume: Option<u64>) -> Result<Subscription> {
     Subscription::open(
-        engine,
+        node,
         table.clone(),
         Options {
             snapshot: resume.is_none(),
@@ -51,13 +51,13 @@ pub fn open(engine: &Engine, table: &Arc<Table>, resume: Option<u64>) -> Result<
 /// Write the relation's changes to the topic until stopped or failed;
 /// `first` holds the stream CREATE SINK opened, until an attempt takes it.
 pub async fn sink(
-    engine: &Arc<Engine>,
+    node: &Node,
     def: &SinkDef,
     first: &Mutex<Option<Subscription>>,
     handle: Handle,
 ) -> std::result::Result<(), Failure> {
     let fatal = |e: Error| Failure::Fatal(e.to_string());
-    let table = engine
+    let table = node
         .catalog
         .by_id(def.from)
         .map(|o| o.table().clone())
@@ -89,7 +89,7 @@ pub async fn sink(
     let reader = Arc::new(reader);
     let partitions = partitions(&reader, &options.client.topic).await?;
     let tails = tails(&reader, &options.client.topic, &partitions).await?;
-    let db = engine.store.db();
+    let db = node.store.db();
     let resume = crate::state::read_u64(db, &sink_epoch_key(def.id))?;
     let opened = match resume {
         None => first.lock().take(),
@@ -97,7 +97,7 @@ pub async fn sink(
     };
     let mut subscription = match opened {
         Some(subscription) => subscription,
-        None => open(engine, &table, resume).map_err(fatal)?,
+        None => open(node, &table, resume).map_err(fatal)?,
     };
     let encoder = Encoder::new(
         table.nullable_schema.clone(),
@@ -107,7 +107,7 @@ pub async fn sink(
     )
     .map_err(fatal)?;
     let mut writer = SinkWriter {
-        engine: engine.clone(),
+        node: node.clone(),
         id: def.id,
         topic: options.client.topic.clone(),
         producer,
@@ -120,7 +120,7 @@ pub async fn sink(
     let mut pending = Epochs::default();
     loop {
         let batch = subscription
-            .fetch(engine, 65_536, None)
+            .fetch(node, 65_536, None)
             .await
             .map_err(|e| match e {
                 Error::UndefinedTable(_) | Error::PrerequisiteState(_) => {
@@ -186,7 +186,7 @@ impl Epochs {
 }
 
 struct SinkWriter {
-    engine: Arc<Engine>,
+    node: Node,
     id: u64,
     topic: String,
     producer: FutureProducer,
@@ -208,7 +208,7 @@ impl SinkWriter {
         let mut written = 0;
         if !changes.is_empty() {
             let (rows, diffs) = split_changes(&changes).map_err(fatal)?;
-            let now_ms = self.engine.clock.now().timestamp_millis();
+            let now_ms = self.node.clock.now().timestamp_millis();
             let messages = self.encoder.encode(&rows, &diffs, now_ms).map_err(fatal)?;
             if self.transactional {
                 self.producer.begin_transaction()?;
@@ -242,7 +242,7 @@ impl SinkWriter {
                     .map_err(|e| Failure::Transient(e.to_string()))??;
             }
         }
-        let db = self.engine.store.db();
+        let db = self.node.store.db();
         db.put_cf(
             cf(db, CF_STATE),
             sink_epoch_key(self.id),

@@ -21,8 +21,8 @@ use crate::catalog::{Metadata, SOURCE_ERRORS, Table};
 use crate::connector::errors::{self, BadMessage};
 use crate::connector::format::{CsvOptions, Decoder, Encode};
 use crate::connector::{Failure, Handle, Progress, Status};
+use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
-use crate::session::Engine;
 use crate::state::writer::{self, WriteOp};
 
 /// Messages that failed: their place in the batch and why.
@@ -30,7 +30,7 @@ type Failed = Vec<(usize, String)>;
 
 /// Feed `table` from its topic until stopped or failed.
 pub async fn source(
-    engine: &Arc<Engine>,
+    node: &Node,
     table: &Arc<Table>,
     handle: Handle,
 ) -> std::result::Result<(), Failure> {
@@ -50,9 +50,9 @@ pub async fn source(
         .create()?;
     let consumer = Arc::new(consumer);
     let partitions = partitions(&consumer, &options.client.topic).await?;
-    let assignment = start_positions(engine, table, &consumer, &options, &partitions).await?;
+    let assignment = start_positions(node, table, &consumer, &options, &partitions).await?;
     consumer.assign(&assignment)?;
-    let mut reader = Reader::new(engine, table, options, &partitions)?;
+    let mut reader = Reader::new(node, table, options, &partitions)?;
     handle.progress.set(Status::Running);
     loop {
         let messages = next_messages(&consumer).await?;
@@ -68,14 +68,14 @@ fn position_id(table: u64, partition: i32) -> String {
 /// Where each partition resumes: after what the table committed, else per
 /// `scan.startup.mode`.
 async fn start_positions(
-    engine: &Arc<Engine>,
+    node: &Node,
     table: &Table,
     consumer: &Arc<StreamConsumer>,
     options: &SourceOptions,
     partitions: &[i32],
 ) -> std::result::Result<TopicPartitionList, Failure> {
     let topic = &options.client.topic;
-    let db = engine.store.db();
+    let db = node.store.db();
     let mut list = TopicPartitionList::new();
     let mut by_time = TopicPartitionList::new();
     for &partition in partitions {
@@ -130,7 +130,7 @@ async fn next_messages(
 
 /// Turns messages into writes to the table.
 struct Reader {
-    engine: Arc<Engine>,
+    node: Node,
     table: Arc<Table>,
     options: SourceOptions,
     decoder: Decoder,
@@ -202,7 +202,7 @@ struct Read {
 
 impl Reader {
     fn new(
-        engine: &Arc<Engine>,
+        node: &Node,
         table: &Arc<Table>,
         options: SourceOptions,
         partitions: &[i32],
@@ -241,12 +241,12 @@ impl Reader {
             ),
             _ => None,
         };
-        let errors = engine
+        let errors = node
             .catalog
             .table(SOURCE_ERRORS)
             .ok_or_else(|| Failure::Fatal("the source_errors table is missing".into()))?;
         Ok(Reader {
-            engine: engine.clone(),
+            node: node.clone(),
             table: table.clone(),
             options,
             decoder,
@@ -280,8 +280,8 @@ impl Reader {
             .collect();
         Progress::count(&progress.errors, bad.len() as u64);
         // Kept before the rows commit: after a crash a bad message may be listed twice, never lost.
-        let now = self.engine.clock.now().timestamp_micros();
-        errors::record(&self.engine.writer, &self.errors, &bad, now).await?;
+        let now = self.node.clock.now().timestamp_micros();
+        errors::record(&self.node.writer, &self.errors, &bad, now).await?;
         let fatal = reads.iter().find_map(|r| r.fatal.clone());
         // One write for the whole round, as SPEC's "a batch read from a
         // source": its rows are judged against the watermark from before it.
@@ -295,10 +295,10 @@ impl Reader {
             ));
             rows.extend(read.rows);
         }
-        let watermark = self.marks.watermark(self.engine.config.idle_timeout);
+        let watermark = self.marks.watermark(self.node.idle_timeout);
         let op = self.write_op(rows);
         let written = self
-            .engine
+            .node
             .writer
             .write_from(self.table.target(), op, watermark, producers)
             .await?;

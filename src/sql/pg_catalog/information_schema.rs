@@ -393,7 +393,7 @@ impl PgType {
             }
             _ => ("text", [Null, Int(1_073_741_824), Null, Null, Null, Null]),
         };
-        let name = crate::sql::handlers::ddl::pg_type_name(data_type)
+        let name = super::pg_type_name(data_type)
             .map(|n| match n.starts_with("numeric") {
                 true => "numeric".to_string(),
                 false => n,

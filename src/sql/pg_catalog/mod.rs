@@ -78,3 +78,25 @@ pub fn setup(ctx: &SessionContext, database: &str, catalog: &Arc<Catalog>) -> Re
     functions::register(ctx, catalog);
     Ok(())
 }
+
+/// The name PostgreSQL shows for a type (psql `\d`, `format_type`).
+pub fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Option<String> {
+    use datafusion::arrow::datatypes::DataType as D;
+    Some(match data_type {
+        D::Boolean => "boolean".into(),
+        D::Int16 => "smallint".into(),
+        D::Int32 => "integer".into(),
+        D::Int64 => "bigint".into(),
+        D::Float32 => "real".into(),
+        D::Float64 => "double precision".into(),
+        D::Utf8 | D::LargeUtf8 | D::Utf8View => "character varying".into(),
+        D::Binary | D::LargeBinary | D::BinaryView => "bytea".into(),
+        D::Date32 => "date".into(),
+        D::Time64(_) => "time without time zone".into(),
+        D::Timestamp(_, None) => "timestamp without time zone".into(),
+        D::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
+        D::Interval(_) => "interval".into(),
+        D::Decimal128(p, s) => format!("numeric({p},{s})"),
+        _ => return None,
+    })
+}

@@ -78,7 +78,7 @@ pub async fn create_table(
     if let Object::Table(table) = object
         && table.def.connector.is_some()
     {
-        engine.connectors.start_source(engine, table);
+        engine.connectors.start_source(&engine.node, table);
     }
     Ok(Output::command(tag))
 }
@@ -243,33 +243,11 @@ fn column_defs(parsed: &ast::CreateTable, plan: &CreateMemoryTable) -> Vec<Colum
         .map(|(column, field)| ColumnDef {
             name: field.name().clone(),
             data_type: field.data_type().to_string(),
-            sql_type: pg_type_name(field.data_type())
+            sql_type: crate::sql::pg_catalog::pg_type_name(field.data_type())
                 .unwrap_or_else(|| column.data_type.to_string().to_lowercase()),
             nullable: field.is_nullable(),
         })
         .collect()
-}
-
-/// The name PostgreSQL shows for a type (psql `\d`, `format_type`).
-pub fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Option<String> {
-    use datafusion::arrow::datatypes::DataType as D;
-    Some(match data_type {
-        D::Boolean => "boolean".into(),
-        D::Int16 => "smallint".into(),
-        D::Int32 => "integer".into(),
-        D::Int64 => "bigint".into(),
-        D::Float32 => "real".into(),
-        D::Float64 => "double precision".into(),
-        D::Utf8 | D::LargeUtf8 | D::Utf8View => "character varying".into(),
-        D::Binary | D::LargeBinary | D::BinaryView => "bytea".into(),
-        D::Date32 => "date".into(),
-        D::Time64(_) => "time without time zone".into(),
-        D::Timestamp(_, None) => "timestamp without time zone".into(),
-        D::Timestamp(_, Some(_)) => "timestamp with time zone".into(),
-        D::Interval(_) => "interval".into(),
-        D::Decimal128(p, s) => format!("numeric({p},{s})"),
-        _ => return None,
-    })
 }
 
 async fn plan_create(engine: &Arc<Engine>, create: &CreateTable) -> Result<CreateMemoryTable> {

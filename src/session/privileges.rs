@@ -14,7 +14,7 @@ use sqlparser::ast;
 use crate::catalog::{Acl, BOOTSTRAP_ROLE, Object, Privilege};
 use crate::error::{Error, Result};
 use crate::session::Engine;
-use crate::sql::handlers::role::is_superuser;
+use crate::session::handlers::role::is_superuser;
 use crate::sql::parser::ident_name;
 
 /// Fail with 42501 unless `user` holds `privilege` on the relation `name`.

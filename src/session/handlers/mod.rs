@@ -20,9 +20,9 @@ use datafusion::common::ParamValues;
 
 use crate::catalog::Privilege;
 use crate::error::{Error, Result};
+use crate::session::privileges;
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::{CursorSource, Statement, Transaction};
-use crate::sql::privileges;
 
 pub async fn dispatch(
     engine: &Arc<Engine>,

@@ -1,9 +1,9 @@
 //! `GRANT` and `REVOKE` on relations.
 
 use crate::error::{Error, Result};
+use crate::session::privileges;
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::Grant;
-use crate::sql::privileges;
 
 pub fn grant(engine: &Engine, session: &Session, grant: Grant) -> Result<Output> {
     // Everything is checked before anything changes.

@@ -353,7 +353,7 @@ fn columns(plan: &LogicalPlan) -> Result<Vec<ColumnDef>> {
             Ok(ColumnDef {
                 name,
                 data_type: field.data_type().to_string(),
-                sql_type: super::ddl::pg_type_name(field.data_type())
+                sql_type: crate::sql::pg_catalog::pg_type_name(field.data_type())
                     .unwrap_or_else(|| field.data_type().to_string().to_lowercase()),
                 nullable: true,
             })

@@ -83,7 +83,7 @@ pub async fn open(engine: &Arc<Engine>, subscribe: &Subscribe) -> Result<Subscri
             .await?,
         ),
     };
-    Subscription::open(engine, table, options)
+    Subscription::open(&engine.node, table, options)
 }
 
 fn relation(engine: &Engine, name: &str) -> Result<Arc<Table>> {
@@ -173,7 +173,7 @@ fn subscription_cursor(engine: &Arc<Engine>, name: &str, since: Since) -> Result
         ..Options::default()
     };
     let schema = risingwave_schema(&table);
-    let subscription = Subscription::open(engine, table, options)?;
+    let subscription = Subscription::open(&engine.node, table, options)?;
     Ok(Cursor::Subscription(Box::new(subscription), schema))
 }
 
@@ -201,11 +201,11 @@ pub async fn fetch(engine: &Arc<Engine>, session: &mut Session, fetch: Fetch) ->
         return Ok(rows(cursor.schema(), Vec::new()));
     }
     let batch = match cursor {
-        Cursor::Subscribe(subscription) => subscription.fetch(engine, max, timeout).await?,
+        Cursor::Subscribe(subscription) => subscription.fetch(&engine.node, max, timeout).await?,
         Cursor::Subscription(subscription, schema) => {
             // RisingWave's FETCH does not wait unless told to.
             let wait = timeout.or(Some(Duration::ZERO));
-            let changes = subscription.fetch(engine, max, wait).await?;
+            let changes = subscription.fetch(&engine.node, max, wait).await?;
             as_risingwave(&changes, schema)?
         }
         Cursor::Rows { schema, rows } => take_rows(schema, rows, max)?,

@@ -22,10 +22,10 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use tokio::sync::watch;
 
 use crate::catalog::{LATE_EVENTS, Table, VIEW_ERRORS};
+use crate::dataflow::node::{Node, blocking};
 use crate::dataflow::runtime::EPOCH_KEY;
 use crate::error::{Error, Result};
 use crate::log::embedded::{self, Chunk};
-use crate::session::Engine;
 use crate::state::rows::decode_counted;
 use crate::state::writer::SEQUENCE_KEY;
 use crate::state::{CF_ROWS, CF_STATE, ReadView, keys};
@@ -179,10 +179,15 @@ impl Clock {
         }
     }
 
-    fn watch(self, engine: &Engine) -> watch::Receiver<u64> {
+    fn watch(self, node: &Node) -> watch::Receiver<u64> {
         match self {
-            Clock::Epochs => engine.runtime.committed(),
-            Clock::Writes => engine.writer.committed(),
+            Clock::Epochs => {
+                // As a fresh subscription to the runtime's commits would be.
+                let mut epochs = node.epochs.clone();
+                epochs.mark_unchanged();
+                epochs
+            }
+            Clock::Writes => node.writer.committed(),
         }
     }
 }
@@ -279,7 +284,7 @@ impl std::fmt::Debug for Subscription {
 impl Subscription {
     /// A stream that starts now: its snapshot is read (and queued for the
     /// first fetch), or the first change after the `AS OF` epoch found.
-    pub fn open(engine: &Engine, table: Arc<Table>, options: Options) -> Result<Subscription> {
+    pub fn open(node: &Node, table: Arc<Table>, options: Options) -> Result<Subscription> {
         if options.pace == Pace::OnWindowClose {
             window_end_column(&table)?;
         }
@@ -302,9 +307,9 @@ impl Subscription {
             held: Held::default(),
             behind: false,
         };
-        let view = engine.store.read_view();
+        let view = node.store.read_view();
         let committed = read_counter(&view, clock.key())?;
-        subscription.positions = super::blocking(|| subscription.start(&view, committed))?;
+        subscription.positions = blocking(|| subscription.start(&view, committed))?;
         Ok(subscription)
     }
 
@@ -330,19 +335,19 @@ impl Subscription {
     /// `timeout` (forever when `None`); an empty batch means none came.
     pub async fn fetch(
         &mut self,
-        engine: &Engine,
+        node: &Node,
         max: usize,
         timeout: Option<Duration>,
     ) -> Result<RecordBatch> {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-        let mut commits = self.clock.watch(engine);
-        self.check_exists(engine)?;
+        let mut commits = self.clock.watch(node);
+        self.check_exists(node)?;
         loop {
             if !self.ready.is_empty() {
                 return self.take(max);
             }
             commits.borrow_and_update();
-            super::blocking(|| self.poll(engine))?;
+            blocking(|| self.poll(node))?;
             if !self.ready.is_empty() || self.behind {
                 continue;
             }
@@ -358,7 +363,7 @@ impl Subscription {
                 Some(wake) => {
                     let timed_out = tokio::time::timeout_at(wake, changed).await.is_err();
                     if timed_out && deadline.is_some_and(|d| d <= tokio::time::Instant::now()) {
-                        super::blocking(|| self.poll(engine))?;
+                        blocking(|| self.poll(node))?;
                         return self.take(max);
                     }
                 }
@@ -373,18 +378,18 @@ impl Subscription {
     /// them cost about what one does; other streams encode their own.
     pub async fn fetch_encoded(
         &mut self,
-        engine: &Engine,
+        node: &Node,
         cache: &LineCache,
         encoder: &Encoder<'_>,
     ) -> Result<Vec<Bytes>> {
-        let mut commits = self.clock.watch(engine);
+        let mut commits = self.clock.watch(node);
         loop {
             if !self.ready.is_empty() || !self.shareable() {
-                let batch = self.fetch(engine, ENCODE_ROWS, None).await?;
+                let batch = self.fetch(node, ENCODE_ROWS, None).await?;
                 return Ok(vec![(encoder.encode)(batch)?]);
             }
             commits.borrow_and_update();
-            let pieces = super::blocking(|| self.read_shared(engine, cache, encoder))?;
+            let pieces = blocking(|| self.read_shared(node, cache, encoder))?;
             if !pieces.is_empty() {
                 return Ok(pieces);
             }
@@ -402,12 +407,12 @@ impl Subscription {
     /// encoded), then a progress row when one is due.
     fn read_shared(
         &mut self,
-        engine: &Engine,
+        node: &Node,
         cache: &LineCache,
         encoder: &Encoder<'_>,
     ) -> Result<Vec<Bytes>> {
-        self.check_exists(engine)?;
-        let view = engine.store.read_view();
+        self.check_exists(node)?;
+        let view = node.store.read_view();
         let committed = read_counter(&view, self.clock.key())?;
         let topic = self.table.def.topic();
         let from = self.positions.first().copied().unwrap_or(0);
@@ -461,24 +466,24 @@ impl Subscription {
     }
 
     /// A stream ends when its relation is dropped.
-    fn check_exists(&self, engine: &Engine) -> Result<()> {
+    fn check_exists(&self, node: &Node) -> Result<()> {
         let name = &self.table.def.name;
-        match engine.catalog.relation(name) {
+        match node.catalog.relation(name) {
             Some(table) if table.def.id == self.table.def.id => Ok(()),
             _ => Err(Error::UndefinedTable(name.clone())),
         }
     }
 
     /// Read what committed since the last read, into `ready`.
-    fn poll(&mut self, engine: &Engine) -> Result<()> {
-        self.check_exists(engine)?;
-        let view = engine.store.read_view();
+    fn poll(&mut self, node: &Node) -> Result<()> {
+        self.check_exists(node)?;
+        let view = node.store.read_view();
         let committed = read_counter(&view, self.clock.key())?;
         let positions = std::mem::take(&mut self.positions);
         let (updates, positions) = self.read_topic(&view, positions)?;
         self.positions = positions;
         let before = self.ready.len();
-        self.pace(updates, committed, Some(engine));
+        self.pace(updates, committed, Some(node));
         let newest = self.ready.iter().skip(before).map(|u| u.epoch).max();
         if let Some(newest) = newest {
             self.delivered = self.delivered.max(newest);
@@ -642,7 +647,7 @@ impl Subscription {
     }
 
     /// Pass updates through the subscriber's pace into `ready`.
-    fn pace(&mut self, updates: Vec<Update>, committed: u64, engine: Option<&Engine>) {
+    fn pace(&mut self, updates: Vec<Update>, committed: u64, node: Option<&Node>) {
         match self.options.pace.clone() {
             Pace::Changes => self.ready.extend(updates),
             Pace::Every(every) => {
@@ -651,8 +656,8 @@ impl Subscription {
                         self.held.add(diff, row);
                     }
                 }
-                let Some(engine) = engine else { return };
-                let now = engine.clock.now().timestamp_micros();
+                let Some(node) = node else { return };
+                let now = node.clock.now().timestamp_micros();
                 let due = *self.held.due.get_or_insert(now + every);
                 if now >= due {
                     self.held.due = Some(now + every);

@@ -87,9 +87,11 @@ pub async fn create_sink(
         connector: create.connector,
         definition: crate::catalog::redacted(&create.text),
     };
-    let opened = connector::kafka::open_sink_stream(engine, &from, None)?;
+    let opened = connector::kafka::open_sink_stream(&engine.node, &from, None)?;
     engine.catalog.create_sink(def.clone())?;
-    engine.connectors.start_sink(engine, def, Some(opened));
+    engine
+        .connectors
+        .start_sink(&engine.node, def, Some(opened));
     Ok(Output::command("CREATE SINK"))
 }
 

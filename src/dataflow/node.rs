@@ -1,0 +1,38 @@
+//! The parts of a node that work below statements: what sources, sinks and
+//! change streams use, without the session layer that owns them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::catalog::Catalog;
+use crate::dataflow::clock::Clock;
+use crate::state::Store;
+use crate::state::writer::Writer;
+
+/// A node's storage, names, writes, clock and commits.
+#[derive(Clone)]
+pub struct Node {
+    pub store: Arc<Store>,
+    pub catalog: Arc<Catalog>,
+    pub writer: Writer,
+    pub clock: Arc<Clock>,
+    /// The last epoch the dataflow runtime committed.
+    pub epochs: watch::Receiver<u64>,
+    /// How long a source without records holds back others' watermarks.
+    pub idle_timeout: Duration,
+    /// The runtime the node started on: work that outlives a statement
+    /// runs there, not on the thread of the connection that started it.
+    pub background: tokio::runtime::Handle,
+}
+
+/// Run blocking work from a task: on a multi-threaded runtime the worker
+/// hands its other tasks off first; a connection thread runs it in place,
+/// since its other connections have nowhere else to go.
+pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
+}
