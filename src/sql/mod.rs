@@ -8,6 +8,7 @@ pub mod keyaccess;
 pub mod lookup;
 pub mod parser;
 pub mod pg_catalog;
+pub mod plan;
 pub mod provider;
 pub mod rules;
 pub mod template;

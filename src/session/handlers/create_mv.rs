@@ -1,7 +1,7 @@
 //! CREATE MATERIALIZED VIEW and EXPLAIN CREATE MATERIALIZED VIEW.
 //!
 //! The query is planned and optimized by DataFusion, then translated into a
-//! dataflow ([`crate::dataflow::plan`]). CREATE returns once the view has
+//! dataflow ([`crate::sql::plan`]). CREATE returns once the view has
 //! read everything its sources held when it was created (the backfill).
 
 use std::collections::HashSet;
@@ -13,10 +13,10 @@ use sqlparser::ast;
 
 use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, OnError, Table, TableDef, View, ViewDef};
 use crate::dataflow::graph::Dataflow;
-use crate::dataflow::plan::{Planner, ViewShape};
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::{CreateView, EmitClause};
+use crate::sql::plan::{Planner, ViewShape};
 use crate::state::writer::log_end;
 
 pub async fn create(

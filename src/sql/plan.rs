@@ -39,6 +39,7 @@ use crate::error::{Error, Result};
 use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
 use crate::state::rows::projected::Projection;
 
+mod join_bounds;
 mod sliced;
 
 pub struct Planner<'a> {
@@ -668,7 +669,7 @@ impl<'a> Planner<'a> {
         if !outer
             && self.changes_while_open(&j.left)
             && self.changes_while_open(&j.right)
-            && let Some(expiry) = crate::dataflow::join_bounds::expiry(self.catalog, j)
+            && let Some(expiry) = join_bounds::expiry(self.catalog, j)
         {
             op = op.bounded(expiry, self.view_name.clone());
         }
