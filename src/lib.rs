@@ -91,7 +91,7 @@ mod layout {
             &["dataflow", "catalog", "log", "state", "error"],
         ),
         ("dataflow", &["catalog", "log", "state", "config", "error"]),
-        ("catalog", &["state", "error"]),
+        ("catalog", &["log", "state", "error"]),
         ("log", &["state", "error"]),
         ("state", &["error"]),
         ("config", &["error"]),

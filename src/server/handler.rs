@@ -51,8 +51,8 @@ use crate::session::handlers;
 use crate::session::handlers::copy::CopyFormat;
 use crate::session::streams::Encode;
 use crate::session::subscribe::Subscription;
+use crate::session::wire::{self, Statement};
 use crate::session::{self, Engine, Metrics, Output, Session};
-use crate::sql::parser::{self, Statement};
 
 /// The handlers pgwire calls, shared by every connection.
 pub struct Handlers {
@@ -154,7 +154,7 @@ where
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
     let parameters = [
-        ("server_version", crate::sql::functions::SERVER_VERSION),
+        ("server_version", wire::SERVER_VERSION),
         ("DateStyle", "ISO, MDY"),
     ];
     for (name, value) in parameters {
@@ -714,7 +714,7 @@ impl SimpleQueryHandler for QueryHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = match parser::parse(query) {
+        let statements = match wire::parse(query) {
             Ok(statements) => statements,
             Err(e) => return Err(to_pg_error(e)),
         };
@@ -765,7 +765,7 @@ impl QueryParser for StatementParser {
     where
         C: ClientInfo + Unpin + Send + Sync,
     {
-        let mut statements = parser::parse(sql).map_err(to_pg_error)?;
+        let mut statements = wire::parse(sql).map_err(to_pg_error)?;
         if statements.is_empty() {
             return Ok(None);
         }
@@ -775,7 +775,7 @@ impl QueryParser for StatementParser {
             )));
         }
         let statement = statements.remove(0);
-        let described = if matches!(statement, Statement::Fetch(_)) {
+        let described = if wire::describes_from_session(&statement) {
             let shared = session_of(client);
             let session = shared.lock().await;
             handlers::describe(&self.engine, Some(&session), &statement).await
@@ -921,7 +921,7 @@ fn parameters(
         let (Some(bytes), Some(Some(target))) = (value, types.get(i)) else {
             continue;
         };
-        if portal.parameter_format.is_binary(i) || !crate::sql::datetime::is_datetime(target) {
+        if portal.parameter_format.is_binary(i) || !wire::reads_as_datetime(target) {
             continue;
         }
         let text = std::str::from_utf8(bytes).map_err(|_| {
@@ -930,10 +930,7 @@ fn parameters(
                 i + 1
             )))
         })?;
-        ours.push((
-            i,
-            crate::sql::datetime::parse(text, target).map_err(to_pg_error)?,
-        ));
+        ours.push((i, wire::parse_datetime(text, target).map_err(to_pg_error)?));
         rest.parameters[i] = None;
     }
     let mut values = arrow_pg::datatypes::df::deserialize_parameters(&rest, types)?;
@@ -992,10 +989,7 @@ impl CopyHandler for QueryHandler {
             )));
         };
         let mut outcome = match producer {
-            Ok(producer) => {
-                let finish = handlers::copy::finish(&self.engine, copy);
-                crate::state::writer::PRODUCER.scope(producer, finish).await
-            }
+            Ok(producer) => wire::finish_copy(&self.engine, copy, producer).await,
             Err(e) => Err(e),
         };
         if flush && outcome.is_ok() {

@@ -118,19 +118,13 @@ fn metrics(engine: &Engine) -> String {
             value.load(Ordering::Relaxed)
         ));
     }
-    let read = crate::state::ENTRIES_READ.load(Ordering::Relaxed);
+    let read = engine.entries_read();
     out.push_str(&format!(
         "# HELP weir_state_entries_read_total RocksDB entries read by queries.\n# TYPE weir_state_entries_read_total counter\nweir_state_entries_read_total {read}\n"
     ));
     // Every late row, and every row a view's expression failed on, is a
     // record in its system table's log.
-    let records = |table: &str| {
-        engine
-            .catalog
-            .table(table)
-            .and_then(|t| crate::state::writer::log_end(engine.store.db(), t.def.topic(), 0).ok())
-            .unwrap_or(0)
-    };
+    let records = |table: &str| engine.records_in(table);
     let late = records(crate::catalog::LATE_EVENTS);
     out.push_str(&format!(
         "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"

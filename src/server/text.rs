@@ -11,8 +11,7 @@ use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::messages::data::DataRow;
 
 use crate::session::handlers::copy::CopyFormat;
-use crate::sql::datetime::parse_zone;
-use crate::sql::text;
+use crate::session::wire::{self, parse_zone};
 
 /// How a session wants values printed (`SET TimeZone`, `SET extra_float_digits`).
 #[derive(Debug, Clone)]
@@ -80,7 +79,7 @@ pub fn as_postgres(batch: RecordBatch, fields: &[FieldInfo], style: &TextStyle) 
 
 /// A column as text, when its type prints differently from Arrow's encoder.
 fn render(column: &ArrayRef, style: &TextStyle) -> Option<ArrayRef> {
-    let text = text::render(column, Some(&style.zone), style.extra_float_digits)?;
+    let text = wire::render(column, Some(&style.zone), style.extra_float_digits)?;
     Some(Arc::new(text))
 }
 

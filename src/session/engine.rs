@@ -61,6 +61,20 @@ impl Metrics {
 }
 
 impl Engine {
+    /// RocksDB entries read by queries since the node started.
+    pub fn entries_read(&self) -> u64 {
+        crate::state::ENTRIES_READ.load(Ordering::Relaxed)
+    }
+
+    /// The records in a table's log: for a system table of late rows or
+    /// failed rows, how many there have been.
+    pub fn records_in(&self, table: &str) -> u64 {
+        self.catalog
+            .table(table)
+            .and_then(|t| crate::state::writer::log_end(self.store.db(), t.def.topic(), 0).ok())
+            .unwrap_or(0)
+    }
+
     /// Opens the node's state; call it on the runtime that is to run
     /// background work.
     pub fn open(config: Config) -> Result<Arc<Engine>> {

@@ -4,6 +4,7 @@ mod engine;
 pub mod handlers;
 pub mod privileges;
 pub mod streams;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
