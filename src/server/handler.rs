@@ -188,7 +188,7 @@ impl StartupHandler for Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if !matches!(self.engine.config.auth, Auth::Password(_)) {
+        if !matches!(self.engine.config().auth, Auth::Password(_)) {
             return self.trusting.on_startup(client, message).await;
         }
         match message {
@@ -234,7 +234,7 @@ impl Startup {
             return Err(PgWireError::UnsupportedSASLAuthMethod(initial.auth_method));
         }
         let user = user_of(client);
-        let verifier = self.engine.catalog.role(&user).and_then(|role| {
+        let verifier = self.engine.role(&user).and_then(|role| {
             role.verifier
                 .as_deref()
                 .and_then(crate::catalog::Verifier::parse)
@@ -267,7 +267,7 @@ impl Startup {
         let last = pending
             .server_final(&response.data)
             .map_err(|e| refusal(e, &user))?;
-        if !self.engine.catalog.role(&user).is_some_and(|r| r.login) {
+        if !self.engine.role(&user).is_some_and(|r| r.login) {
             return Err(fatal(
                 "28000",
                 format!("role \"{user}\" is not permitted to log in"),
@@ -305,7 +305,6 @@ impl Startup {
         // read it.
         let superuser = self
             .engine
-            .catalog
             .role(&user_of(client))
             .is_some_and(|role| role.superuser);
         let superuser = if superuser { "on" } else { "off" };
@@ -433,7 +432,7 @@ impl QueryHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        Metrics::add(&self.engine.metrics.statements, 1);
+        Metrics::add(&self.engine.metrics().statements, 1);
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         session.progress = Some(tx);
         let output = {
@@ -466,7 +465,7 @@ impl QueryHandler {
                 to_response(output, format, client.metadata(), style)
             }
             Err(e) => {
-                Metrics::add(&self.engine.metrics.statement_errors, 1);
+                Metrics::add(&self.engine.metrics().statement_errors, 1);
                 // Damage and bugs are the operator's to see, not only the client's.
                 match e.sqlstate() {
                     "XX001" => tracing::error!(error = %e, "stored data is corrupted"),
@@ -534,7 +533,7 @@ where
     let engine = stream.engine;
     let mut pieces =
         engine
-            .streams
+            .streams()
             .spawn(engine.clone(), stream.subscription, format, encode, direct);
     loop {
         let batch = pieces
@@ -962,7 +961,7 @@ impl CopyHandler for QueryHandler {
             // The COPY is over: its data is no longer wanted.
             Err(e) => {
                 session.copy = None;
-                Metrics::add(&self.engine.metrics.statement_errors, 1);
+                Metrics::add(&self.engine.metrics().statement_errors, 1);
                 Err(to_pg_error(e))
             }
         }
@@ -993,7 +992,7 @@ impl CopyHandler for QueryHandler {
             Err(e) => Err(e),
         };
         if flush && outcome.is_ok() {
-            outcome = self.engine.runtime.flush().await.and(outcome);
+            outcome = self.engine.flush().await.and(outcome);
         }
         match outcome {
             Ok(Output::Command { tag, rows }) => {
@@ -1007,7 +1006,7 @@ impl CopyHandler for QueryHandler {
                 "COPY finished without a tag".into(),
             ))),
             Err(e) => {
-                Metrics::add(&self.engine.metrics.statement_errors, 1);
+                Metrics::add(&self.engine.metrics().statement_errors, 1);
                 Err(to_pg_error(e))
             }
         }

@@ -29,7 +29,7 @@ pub async fn run(engine: Arc<Engine>, listener: TcpListener) {
     }
 }
 
-async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
+async fn serve(engine: &Arc<Engine>, mut socket: TcpStream) -> std::io::Result<()> {
     let mut buffer = vec![0u8; 4096];
     let n = socket.read(&mut buffer).await?;
     let request = String::from_utf8_lossy(&buffer[..n]);
@@ -57,10 +57,10 @@ async fn serve(engine: &Engine, mut socket: TcpStream) -> std::io::Result<()> {
 }
 
 /// Compact the store on a blocking thread; the status and how long it took.
-async fn compact(engine: &Engine) -> (&'static str, &'static str, String) {
-    let store = engine.store.clone();
+async fn compact(engine: &Arc<Engine>) -> (&'static str, &'static str, String) {
+    let engine = engine.clone();
     let started = std::time::Instant::now();
-    match tokio::task::spawn_blocking(move || store.compact()).await {
+    match tokio::task::spawn_blocking(move || engine.compact()).await {
         Ok(()) => (
             "200 OK",
             "text/plain",
@@ -79,21 +79,16 @@ fn state_entries(engine: &Engine) -> String {
     let mut out = String::from(
         "# HELP weir_view_state_entries Operator state entries of a view (exact).\n# TYPE weir_view_state_entries gauge\n",
     );
-    for object in engine.catalog.objects() {
-        if let crate::catalog::Object::MaterializedView(view) = object {
-            // A view's operator state lives under its id.
-            let entries = engine.store.state_entries(&view.def.table.id.to_be_bytes());
-            let name = &view.def.table.name;
-            out.push_str(&format!(
-                "weir_view_state_entries{{view=\"{name}\"}} {entries}\n"
-            ));
-        }
+    for (name, entries) in engine.view_state_entries() {
+        out.push_str(&format!(
+            "weir_view_state_entries{{view=\"{name}\"}} {entries}\n"
+        ));
     }
     out
 }
 
 fn metrics(engine: &Engine) -> String {
-    let m = &engine.metrics;
+    let m = engine.metrics();
     let counters = [
         (
             "weir_statements_total",
@@ -133,11 +128,10 @@ fn metrics(engine: &Engine) -> String {
     out.push_str(&format!(
         "# HELP weir_view_errors_total Rows a view's expression failed on (see the view_errors table).\n# TYPE weir_view_errors_total counter\nweir_view_errors_total {errors}\n"
     ));
-    let streams = engine.streams.running();
+    let (streams, tables) = engine.counts();
     out.push_str(&format!(
         "# HELP weir_change_streams COPY change streams running.\n# TYPE weir_change_streams gauge\nweir_change_streams {streams}\n"
     ));
-    let tables = engine.catalog.objects().len();
     out.push_str(&format!(
         "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"
     ));

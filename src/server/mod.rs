@@ -52,11 +52,11 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
     let handlers = Arc::new(Handlers::new(engine.clone()));
-    let tls = match &engine.config.tls {
+    let tls = match &engine.config().tls {
         Some(tls) => Some(tls::acceptor(&tls.cert, &tls.key)?),
         None => None,
     };
-    let tls_required = engine.config.tls.as_ref().is_some_and(|t| t.required);
+    let tls_required = engine.config().tls.as_ref().is_some_and(|t| t.required);
     let threads = threads::ConnectionThreads::start()?;
     let mut connections = JoinSet::new();
     let open = Arc::new(AtomicUsize::new(0));
@@ -87,8 +87,8 @@ pub async fn run(
                         continue;
                     }
                 };
-                Metrics::add(&engine.metrics.connections, 1);
-                let slot = Slot::take(&open, engine.config.max_connections);
+                Metrics::add(&engine.metrics().connections, 1);
+                let slot = Slot::take(&open, engine.config().max_connections);
                 let handlers = handlers.clone();
                 let admission = Admission {
                     full: slot.is_none(),
@@ -124,7 +124,7 @@ pub async fn run(
         connections.abort_all();
     }
     engine
-        .streams
+        .streams()
         .stopped(std::time::Duration::from_secs(2))
         .await;
     Ok(())

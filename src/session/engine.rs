@@ -26,23 +26,23 @@ use datafusion::logical_expr::ScalarUDF;
 pub const DATABASE: &str = "weir";
 
 pub struct Engine {
-    pub config: Config,
-    pub store: Arc<Store>,
-    pub catalog: Arc<Catalog>,
-    pub writer: Writer,
+    pub(super) config: Config,
+    pub(super) store: Arc<Store>,
+    pub(super) catalog: Arc<Catalog>,
+    pub(super) writer: Writer,
     ctx: SessionContext,
-    pub clock: Arc<Clock>,
-    pub runtime: Runtime,
-    pub metrics: Metrics,
+    pub(super) clock: Arc<Clock>,
+    pub(super) runtime: Runtime,
+    pub(super) metrics: Metrics,
     /// Where COPY change streams run.
-    pub streams: super::streams::Streams,
+    pub(super) streams: super::streams::Streams,
     /// The tasks of sources and sinks.
-    pub connectors: crate::connector::Connectors,
+    pub(super) connectors: crate::connector::Connectors,
     /// The parts sources, sinks and change streams use.
-    pub node: Node,
+    pub(super) node: Node,
     /// The runtime the node started on: work that outlives a statement runs
     /// there, not on the thread of the connection that started it.
-    pub background: tokio::runtime::Handle,
+    pub(super) background: tokio::runtime::Handle,
 }
 
 /// Counters exported on `/metrics`.
@@ -61,6 +61,57 @@ impl Metrics {
 }
 
 impl Engine {
+    /// The node's settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The counters `/metrics` exports.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// A role's login and password verifier, for the server's handshake.
+    pub fn role(&self, name: &str) -> Option<crate::catalog::RoleDef> {
+        self.catalog.role(name)
+    }
+
+    /// Waits until every view has read every write made before the call.
+    pub async fn flush(&self) -> Result<()> {
+        self.runtime.flush().await
+    }
+
+    /// Compacts the store (POST /compact).
+    pub fn compact(&self) {
+        self.store.compact()
+    }
+
+    /// The operator state entries of each materialized view, by name.
+    pub fn view_state_entries(&self) -> Vec<(String, usize)> {
+        self.catalog
+            .objects()
+            .into_iter()
+            .filter_map(|object| match object {
+                // A view's operator state lives under its id.
+                crate::catalog::Object::MaterializedView(view) => Some((
+                    view.def.table.name.clone(),
+                    self.store.state_entries(&view.def.table.id.to_be_bytes()),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Where COPY change streams run.
+    pub fn streams(&self) -> &super::streams::Streams {
+        &self.streams
+    }
+
+    /// COPY change streams running, and objects in the catalog.
+    pub fn counts(&self) -> (usize, usize) {
+        (self.streams.running(), self.catalog.objects().len())
+    }
+
     /// RocksDB entries read by queries since the node started.
     pub fn entries_read(&self) -> u64 {
         crate::state::ENTRIES_READ.load(Ordering::Relaxed)
