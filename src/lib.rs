@@ -2,8 +2,10 @@
 //!
 //! # Layout
 //!
-//! **server = bytes · session = statements · sql = plans · catalog = names ·
-//! dataflow = changes · log = inputs and outputs · state = storage**
+//! **server = bytes · session = statements · sql = plans · connector =
+//! sources and sinks · dataflow = changes · catalog = names · log = inputs
+//! and outputs · state = storage**, each importing only the ones after it
+//! (the `layout` test below holds the table of allowed imports).
 //!
 //! Data takes two paths. A statement takes the table path; a materialized
 //! view's changes take the dataflow path. The log joins them: writes end in
@@ -11,32 +13,37 @@
 //!
 //! ```text
 //!  TABLE PATH (a statement)
-//!  psql / drivers --pgwire--> server --> session --> sql: parse, plan (names: catalog)
-//!    writes: sql --> state::writer: checks, log offsets, group commit, one sync
-//!                --> RocksDB: rows family (live rows) + log family (the table's topic)
-//!    reads:  sql --> DataFusion over one RocksDB snapshot (state::ReadView)
+//!  psql / drivers --pgwire--> server --session::wire--> session: a handler per statement
+//!    --> sql: parse, plan through DataFusion (names: catalog)
+//!    writes: handler --> log::writer: checks, log offsets, group commit, one sync
+//!                    --> RocksDB: rows family (live rows) + log family (the table's topic)
+//!    reads:  handler --> DataFusion over one RocksDB snapshot (state::ReadView)
 //!
 //!  DATAFLOW PATH (a materialized view)
+//!  CREATE MATERIALIZED VIEW --> sql::plan: LogicalPlan -> operator graph
 //!  table log / view changelog    (Kafka and generator sources write via the writer)
 //!    --> source task --> operator tasks --> Materialize         (dataflow::task)
 //!        Changes, Watermark, Idle, Barrier on bounded channels; barriers aligned
 //!    --> coordinator: one WriteBatch per epoch: state, view rows,
 //!        changelog, source offsets                               (dataflow::runtime)
-//!    --> the changelog's readers: SUBSCRIBE and cursors (session::subscribe),
-//!        Kafka sinks (connector), views on views
+//!    --> the changelog's readers (dataflow::subscribe): SUBSCRIBE and cursors
+//!        (session), Kafka sinks (connector), views on views
 //! ```
 //!
-//! - [`server`]: pgwire only; frames and checks bytes, calls a [`session::Session`].
-//! - [`session`]: per-connection state and the shared [`session::Engine`];
-//!   change streams (`SUBSCRIBE`) that tail a log at the reader's pace.
+//! - [`server`]: pgwire only; frames and checks bytes, and reaches statements
+//!   through [`session::wire`] and the [`session::Engine`]'s methods.
+//! - [`session`]: per-connection state, the shared [`session::Engine`], and
+//!   one handler per statement.
 //! - [`sql`]: our statements on top of `sqlparser`, planning through
-//!   DataFusion, one handler per statement.
+//!   DataFusion, and the view planner that turns a plan into operators.
+//! - [`connector`]: Kafka sources and sinks, and generators, given a
+//!   [`dataflow::node::Node`] (store, catalog, writer, clock), not the Engine.
+//! - [`dataflow`]: the change model, the operators, the epoch runtime, and
+//!   change streams that tail a log at the reader's pace.
 //! - [`catalog`]: every object's definition and dependencies, in RocksDB.
-//! - [`dataflow`]: the change model, the operators, and the epoch runtime.
-//! - [`connector`]: Kafka sources and sinks, and generators.
-//! - [`log`]: topics of chunked, offset-addressed records: every write's and
-//!   every view's changes.
-//! - [`state`]: RocksDB, key layout, row encoding, the group-commit writer.
+//! - [`log`]: topics of chunked, offset-addressed records, and the
+//!   group-commit writer that appends every table write to them.
+//! - [`state`]: RocksDB, key layout, row encoding.
 //!
 //! `docs/architecture.md` is the longer map.
 
