@@ -12,7 +12,7 @@
 //! ```text
 //!  TABLE PATH (a statement)
 //!  psql / drivers --pgwire--> server --> session --> sql: parse, plan (names: catalog)
-//!    writes: sql --> state::writer: checks, log offsets, group commit, one sync
+//!    writes: sql --> log::writer: checks, log offsets, group commit, one sync
 //!                --> RocksDB: rows family (live rows) + log family (the table's topic)
 //!    reads:  sql --> DataFusion over one RocksDB snapshot (state::ReadView)
 //!
@@ -35,8 +35,8 @@
 //! - [`dataflow`]: the change model, the operators, and the epoch runtime.
 //! - [`connector`]: Kafka sources and sinks, and generators.
 //! - [`log`]: topics of chunked, offset-addressed records: every write's and
-//!   every view's changes.
-//! - [`state`]: RocksDB, key layout, row encoding, the group-commit writer.
+//!   every view's changes; the group-commit writer that appends a table's writes.
+//! - [`state`]: RocksDB, key layout, row encoding, the commit log.
 //!
 //! `docs/architecture.md` is the longer map.
 

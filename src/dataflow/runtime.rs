@@ -46,7 +46,7 @@ use crate::dataflow::task::{
     self, Report, Resume, Tasks, Trigger, decode_mark, mark_key, offset_key,
 };
 use crate::error::{Error, Result};
-use crate::state::writer::log_end;
+use crate::log::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys, read_u64};
 
 pub use crate::dataflow::task::EPOCH_ROWS;
@@ -58,7 +58,7 @@ pub const EPOCH_KEY: &[u8] = b"\xffepoch";
 /// the views' own count overstates it where they overwrite a key.
 const PRESIZE_BYTES: usize = 64 << 20;
 
-pub use crate::state::writer::Now;
+pub use crate::log::writer::Now;
 
 /// How the runtime runs.
 #[derive(Clone)]

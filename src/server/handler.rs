@@ -994,7 +994,7 @@ impl CopyHandler for QueryHandler {
         let mut outcome = match producer {
             Ok(producer) => {
                 let finish = handlers::copy::finish(&self.engine, copy);
-                crate::state::writer::PRODUCER.scope(producer, finish).await
+                crate::log::writer::PRODUCER.scope(producer, finish).await
             }
             Err(e) => Err(e),
         };

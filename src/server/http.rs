@@ -128,7 +128,7 @@ fn metrics(engine: &Engine) -> String {
         engine
             .catalog
             .table(table)
-            .and_then(|t| crate::state::writer::log_end(engine.store.db(), t.def.topic(), 0).ok())
+            .and_then(|t| crate::log::writer::log_end(engine.store.db(), t.def.topic(), 0).ok())
             .unwrap_or(0)
     };
     let late = records(crate::catalog::LATE_EVENTS);

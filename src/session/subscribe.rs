@@ -25,9 +25,9 @@ use crate::catalog::{LATE_EVENTS, Table, VIEW_ERRORS};
 use crate::dataflow::runtime::EPOCH_KEY;
 use crate::error::{Error, Result};
 use crate::log::embedded::{self, Chunk};
+use crate::log::writer::SEQUENCE_KEY;
 use crate::session::Engine;
 use crate::state::rows::decode_counted;
-use crate::state::writer::SEQUENCE_KEY;
 use crate::state::{CF_ROWS, CF_STATE, ReadView, keys};
 
 /// How a subscriber wants its changes.

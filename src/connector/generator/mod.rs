@@ -33,8 +33,8 @@ use tokio::time::Instant;
 use super::{Failure, Handle, Progress, Status, refuse_unknown};
 use crate::catalog::{ConnectorDef, Table, TableDef};
 use crate::error::{Error, Result};
+use crate::log::writer::{self, WriteOp};
 use crate::session::Engine;
-use crate::state::writer::{self, WriteOp};
 
 mod datagen;
 mod nexmark;

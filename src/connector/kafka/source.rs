@@ -22,8 +22,8 @@ use crate::connector::errors::{self, BadMessage};
 use crate::connector::format::{CsvOptions, Decoder, Encode};
 use crate::connector::{Failure, Handle, Progress, Status};
 use crate::error::{Error, Result};
+use crate::log::writer::{self, WriteOp};
 use crate::session::Engine;
-use crate::state::writer::{self, WriteOp};
 
 /// Messages that failed: their place in the batch and why.
 type Failed = Vec<(usize, String)>;

@@ -29,10 +29,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
+use crate::log::writer::Stage;
 use crate::session::{CopyIn, Engine, Output, Session};
 use crate::sql::parser::{ident_name, object_name, parse_query};
 use crate::sql::write::NewRows;
-use crate::state::writer::Stage;
 
 /// Rows per batch while parsing.
 const BATCH_ROWS: usize = 8192;

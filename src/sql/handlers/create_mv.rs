@@ -15,9 +15,9 @@ use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, OnError, Table, TableDe
 use crate::dataflow::graph::Dataflow;
 use crate::dataflow::plan::{Planner, ViewShape};
 use crate::error::{Error, Result};
+use crate::log::writer::log_end;
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::{CreateView, EmitClause};
-use crate::state::writer::log_end;
 
 pub async fn create(
     engine: &Arc<Engine>,
