@@ -33,9 +33,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{DB, IngestExternalFileOptions, Options, SstFileWriter, WriteBatch};
 
-use super::{
-    Committer, KeyedRow, Offsets, Producer, SEQUENCE_KEY, Target, WriteOp, duplicate, producer_key,
-};
+use super::SEQUENCE_KEY;
+use super::group::Committer;
+use super::offsets::Offsets;
+use super::producer::{Producer, put_sequences};
+use super::request::{KeyedRow, Target, WriteOp, duplicate};
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, Stamp, encode_chunk};
 use crate::state::commitlog;
@@ -288,9 +290,11 @@ pub(super) fn commit(
     let state = cf(db, CF_STATE);
     let mut batch = WriteBatch::default();
     batch.put_cf(state, SEQUENCE_KEY, stamp.epoch.to_be_bytes());
-    for (id, seq) in producers {
-        batch.put_cf(state, producer_key(id), seq.to_be_bytes());
-    }
+    put_sequences(
+        db,
+        &mut batch,
+        producers.iter().map(|(id, seq)| (id.as_str(), *seq)),
+    );
     batch.put_cf(state, marker_key(&stage.name), b"");
     match committer.log.as_mut() {
         Some(ring) => ring.commit(db, stamp.epoch, batch, None)?,
