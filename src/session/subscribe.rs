@@ -22,10 +22,8 @@ use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit}
 use tokio::sync::watch;
 
 use crate::catalog::{LATE_EVENTS, Table, VIEW_ERRORS};
-use crate::dataflow::runtime::EPOCH_KEY;
 use crate::error::{Error, Result};
 use crate::log::embedded::{self, Chunk};
-use crate::log::writer::SEQUENCE_KEY;
 use crate::session::Engine;
 use crate::state::rows::decode_counted;
 use crate::state::{CF_ROWS, CF_STATE, ReadView, keys};
@@ -174,8 +172,8 @@ enum Clock {
 impl Clock {
     fn key(self) -> &'static [u8] {
         match self {
-            Clock::Epochs => EPOCH_KEY,
-            Clock::Writes => SEQUENCE_KEY,
+            Clock::Epochs => keys::EPOCH_KEY,
+            Clock::Writes => keys::SEQUENCE_KEY,
         }
     }
 

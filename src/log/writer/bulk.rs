@@ -33,7 +33,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{DB, IngestExternalFileOptions, Options, SstFileWriter, WriteBatch};
 
-use super::SEQUENCE_KEY;
 use super::group::Committer;
 use super::offsets::Offsets;
 use super::producer::{Producer, put_sequences};
@@ -45,16 +44,10 @@ use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
 /// The staging directories' parent, in the store's directory.
 const STAGE_DIR: &str = "copy";
-/// `state` family: a committed load whose files may still need ingesting.
-const MARKER_PREFIX: &[u8] = b"\xffcopy\x00";
 /// Bytes read from a run at a time while merging.
 const READ_BUFFER: usize = 64 << 10;
 /// Keys looked up in the store at a time, when they may exist already.
 const LOOKUP_KEYS: usize = 4096;
-
-fn marker_key(name: &str) -> Vec<u8> {
-    [MARKER_PREFIX, name.as_bytes()].concat()
-}
 
 /// Which write the staged rows are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,13 +282,13 @@ pub(super) fn commit(
     // The commit point: a small synced write, like any group's.
     let state = cf(db, CF_STATE);
     let mut batch = WriteBatch::default();
-    batch.put_cf(state, SEQUENCE_KEY, stamp.epoch.to_be_bytes());
+    batch.put_cf(state, keys::SEQUENCE_KEY, stamp.epoch.to_be_bytes());
     put_sequences(
         db,
         &mut batch,
         producers.iter().map(|(id, seq)| (id.as_str(), *seq)),
     );
-    batch.put_cf(state, marker_key(&stage.name), b"");
+    batch.put_cf(state, keys::load_marker_key(&stage.name), b"");
     match committer.log.as_mut() {
         Some(ring) => ring.commit(db, stamp.epoch, batch, None)?,
         None => commitlog::write_unsynced(db, batch)?,
@@ -561,7 +554,7 @@ fn apply(db: &DB, dir: &Path, name: &str) -> Result<()> {
     if rows.exists() {
         ingest(db, CF_ROWS, vec![rows])?;
     }
-    db.delete_cf(cf(db, CF_STATE), marker_key(name))?;
+    db.delete_cf(cf(db, CF_STATE), keys::load_marker_key(name))?;
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
@@ -591,9 +584,9 @@ fn ingest(db: &DB, family: &str, files: Vec<PathBuf>) -> Result<()> {
 pub(super) fn recover(db: &DB) -> Result<()> {
     let mut names = Vec::new();
     let mut iter = db.raw_iterator_cf(cf(db, CF_STATE));
-    iter.seek(MARKER_PREFIX);
+    iter.seek(keys::LOAD_MARKER_PREFIX);
     while let Some(key) = iter.key() {
-        let Some(name) = key.strip_prefix(MARKER_PREFIX) else {
+        let Some(name) = key.strip_prefix(keys::LOAD_MARKER_PREFIX) else {
             break;
         };
         names.push(String::from_utf8_lossy(name).into_owned());

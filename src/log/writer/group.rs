@@ -8,7 +8,6 @@ use std::collections::HashMap;
 use rocksdb::{DB, WriteBatch};
 use tokio::sync::oneshot;
 
-use super::SEQUENCE_KEY;
 use super::offsets::Offsets;
 use super::overlay::{Pending, Staged};
 use super::producer::Sequences;
@@ -17,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::log::embedded::Stamp;
 use crate::state::commitlog::{self, CommitLog, Unapplied};
 use crate::state::disk::is_disk_full;
-use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf};
+use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
 /// A request's reply channel and what it is told.
 pub(super) type Reply = (oneshot::Sender<Result<u64>>, Result<u64>);
@@ -207,7 +206,7 @@ impl Group {
         let mut batch = WriteBatch::with_capacity_bytes(self.batch_bytes());
         batch.put_cf(
             cf(db, CF_STATE),
-            SEQUENCE_KEY,
+            keys::SEQUENCE_KEY,
             self.stamp.epoch.to_be_bytes(),
         );
         self.producers.put(db, &mut batch);

@@ -33,9 +33,9 @@ use rocksdb::DB;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::error::{Error, Result};
-use crate::state::Store;
 use crate::state::commitlog::CommitLog;
 use crate::state::disk::DiskGuard;
+use crate::state::{Store, keys};
 use group::Committer;
 use offsets::Offsets;
 use schedule::Shared;
@@ -156,9 +156,6 @@ impl Writer {
     }
 }
 
-/// Where the sequence number of the last committed group is kept.
-pub const SEQUENCE_KEY: &[u8] = b"\xffwseq";
-
 /// Processing time in microseconds since the Unix epoch: the node's clock,
 /// which tests may drive by hand.
 pub type Now = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -173,7 +170,7 @@ pub fn wall_clock() -> Now {
 }
 
 fn read_sequence(db: &DB) -> Result<u64> {
-    Ok(crate::state::read_u64(db, SEQUENCE_KEY)?.unwrap_or(0))
+    Ok(crate::state::read_u64(db, keys::SEQUENCE_KEY)?.unwrap_or(0))
 }
 
 #[cfg(test)]

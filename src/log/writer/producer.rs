@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use rocksdb::{DB, WriteBatch};
 
 use crate::error::{Error, Result};
+use crate::state::keys::producer_key;
 use crate::state::{CF_STATE, cf};
 
 /// An idempotent publisher's id and the sequence number of one write.
@@ -22,11 +23,6 @@ tokio::task_local! {
 /// The producer of the statement this task runs, if any.
 pub fn current_producer() -> Option<Producer> {
     PRODUCER.try_with(Clone::clone).ok().flatten()
-}
-
-/// Where the last committed sequence number of a producer is kept.
-fn producer_key(id: &str) -> Vec<u8> {
-    [b"\xffproducer\x00".as_slice(), id.as_bytes()].concat()
 }
 
 /// The last sequence number `id` committed: for a connector, where it resumes.
