@@ -6,7 +6,7 @@
 //! - `log`: the embedded log, `topic ++ partition ++ base offset -> chunk`;
 //! - `state`: dataflow operator state and source offsets, `view id ++ node ++ ...`.
 //!
-//! Writes go through the log's [`Writer`](crate::log::writer::Writer), which
+//! Writes go through the log's writer (`log::writer`), which
 //! group-commits. Reads take a [`ReadView`], one RocksDB snapshot shared by
 //! everything a statement reads.
 

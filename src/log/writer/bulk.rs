@@ -255,6 +255,29 @@ pub(super) fn commit(
     let offsets = &mut committer.offsets;
     let current = offsets.watermark(db, target.topic, target.partitions)?;
     let watermark = current.max(stage.watermark);
+    let written = write_files(db, offsets, target, stage, kind, stamp, watermark)?;
+    commit_marker(db, committer, stage, stamp, producers)?;
+    stage.committed = true;
+    apply(db, &stage.dir, &stage.name).map_err(|e| {
+        Error::Io(std::io::Error::other(format!(
+            "a committed COPY could not be applied ({e}); restart the server to apply it"
+        )))
+    })?;
+    remember(&mut committer.offsets, target.topic, written, watermark);
+    Ok(stage.rows)
+}
+
+/// Step 1: the staged rows with their final keys, offsets and stamp, as
+/// SST files beside the stage.
+fn write_files(
+    db: &DB,
+    offsets: &mut Offsets,
+    target: &Target,
+    stage: &Stage,
+    kind: Kind,
+    stamp: Stamp,
+    watermark: Option<i64>,
+) -> Result<Written> {
     let options = sst_options();
     let mut out = Files::new(db, offsets, target, &stage.dir, &options, stamp, watermark)?;
     let file = stage.file.get_ref();
@@ -277,9 +300,17 @@ pub(super) fn commit(
             })?;
         }
     }
-    let written = out.finish()?;
+    out.finish()
+}
 
-    // The commit point: a small synced write, like any group's.
+/// Step 2, the commit point: a small synced write, like any group's.
+fn commit_marker(
+    db: &DB,
+    committer: &mut Committer,
+    stage: &Stage,
+    stamp: Stamp,
+    producers: &[Producer],
+) -> Result<()> {
     let state = cf(db, CF_STATE);
     let mut batch = WriteBatch::default();
     batch.put_cf(state, keys::SEQUENCE_KEY, stamp.epoch.to_be_bytes());
@@ -290,30 +321,25 @@ pub(super) fn commit(
     );
     batch.put_cf(state, keys::load_marker_key(&stage.name), b"");
     match committer.log.as_mut() {
-        Some(ring) => ring.commit(db, stamp.epoch, batch, None)?,
-        None => commitlog::write_unsynced(db, batch)?,
+        Some(ring) => ring.commit(db, stamp.epoch, batch, None),
+        None => commitlog::write_unsynced(db, batch),
     }
-    stage.committed = true;
-    apply(db, &stage.dir, &stage.name).map_err(|e| {
-        Error::Io(std::io::Error::other(format!(
-            "a committed COPY could not be applied ({e}); restart the server to apply it"
-        )))
-    })?;
+}
 
-    let offsets = &mut committer.offsets;
+/// What the writer keeps between groups, moved past the load.
+fn remember(offsets: &mut Offsets, topic: u64, written: Written, watermark: Option<i64>) {
     offsets.next.extend(
         written
             .next
             .into_iter()
-            .map(|(partition, next)| ((target.topic, partition), next)),
+            .map(|(partition, next)| ((topic, partition), next)),
     );
     if watermark.is_some() {
-        offsets.watermarks.insert(target.topic, watermark);
+        offsets.watermarks.insert(topic, watermark);
     }
     if let Some(key) = written.highest_row {
         offsets.raise_end(&key);
     }
-    Ok(stage.rows)
 }
 
 /// Every entry of the runs in file order.
