@@ -1,5 +1,5 @@
 //! Arbitrary Kafka message payloads through a source's JSON and CSV
-//! decoders (`src/connector/format.rs`).
+//! decoders (`src/connector/format/`).
 //!
 //! A payload may fail (it is skipped and counted), but decoding must never
 //! panic, and every row must come from a payload that did not fail.
@@ -10,7 +10,7 @@
 mod error;
 
 #[allow(dead_code)]
-#[path = "../../src/connector/format.rs"]
+#[path = "../../src/connector/format/mod.rs"]
 mod format;
 
 use std::sync::Arc;

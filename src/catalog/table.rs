@@ -11,8 +11,8 @@ use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::log::writer::Target;
 use crate::state::rows::RowCodec;
-use crate::state::writer::Target;
 
 /// The PostgreSQL name and the CREATE spelling of a system table's column type.
 fn system_type(data_type: &DataType) -> (&'static str, &'static str) {

@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
 use crate::catalog::{SOURCE_ERRORS, Table, TableDef};
 use crate::error::Result;
-use crate::state::writer::{WriteOp, Writer};
+use crate::log::writer::{WriteOp, Writer};
 
 /// One message a source could not read.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 //!
 //! A source writes what it reads into its table's log through the writer,
 //! like an INSERT, and each write commits together with the source's read
-//! position (a producer sequence, see `state::writer`). After a crash the
+//! position (a producer sequence, see `log::writer`). After a crash the
 //! source resumes from the committed position, so every message lands in
 //! the log exactly once, and everything downstream (views, change streams,
 //! sinks) reads the log as it reads any table's.

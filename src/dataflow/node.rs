@@ -8,8 +8,8 @@ use tokio::sync::watch;
 
 use crate::catalog::Catalog;
 use crate::dataflow::clock::Clock;
+use crate::log::writer::Writer;
 use crate::state::Store;
-use crate::state::writer::Writer;
 
 /// A node's storage, names, writes, clock and commits.
 #[derive(Clone)]

@@ -42,23 +42,18 @@ use crate::dataflow::change::Barrier;
 use crate::dataflow::errors::{Failure, Failures, RowError};
 use crate::dataflow::graph::Dataflow;
 use crate::dataflow::state::LateEvent;
-use crate::dataflow::task::{
-    self, Report, Resume, Tasks, Trigger, decode_mark, mark_key, offset_key,
-};
+use crate::dataflow::task::{self, Report, Resume, Tasks, Trigger, decode_mark};
 use crate::error::{Error, Result};
-use crate::state::writer::log_end;
+use crate::log::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys, read_u64};
 
 pub use crate::dataflow::task::EPOCH_ROWS;
-
-/// Where the last committed epoch is kept.
-pub const EPOCH_KEY: &[u8] = b"\xffepoch";
 
 /// An epoch's write batch is sized up front for at most this many bytes;
 /// the views' own count overstates it where they overwrite a key.
 const PRESIZE_BYTES: usize = 64 << 20;
 
-pub use crate::state::writer::Now;
+pub use crate::log::writer::Now;
 
 /// How the runtime runs.
 #[derive(Clone)]
@@ -169,7 +164,7 @@ impl Runtime {
         let progress = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let shared = progress.clone();
         let failures = settings.failures.clone();
-        let (epochs, committed) = watch::channel(read_u64(&db, EPOCH_KEY)?.unwrap_or(0));
+        let (epochs, committed) = watch::channel(read_u64(&db, keys::EPOCH_KEY)?.unwrap_or(0));
         let db = Arc::downgrade(&db);
         let interval = settings.barrier_interval;
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -395,13 +390,13 @@ impl Worker {
         let mut inputs = Vec::new();
         for (index, source) in dataflow.sources.iter().enumerate() {
             for partition in 0..source.partitions() {
-                let key = offset_key(view, index, partition);
+                let key = keys::source_offset_key(view, index, partition);
                 let offset = read_u64(&db, &key)?.unwrap_or(0);
                 resume.offsets.insert((index, partition), offset);
             }
             resume
                 .sources
-                .push(read_mark(&db, &mark_key(view, b"\xffws", index))?);
+                .push(read_mark(&db, &keys::source_watermark_key(view, index))?);
             inputs.push(Input {
                 topic: source.topic(),
                 partitions: source.partitions(),
@@ -411,7 +406,7 @@ impl Worker {
         for node in 0..dataflow.nodes.len() {
             resume
                 .nodes
-                .push(read_mark(&db, &mark_key(view, b"\xffwn", node))?);
+                .push(read_mark(&db, &keys::node_watermark_key(view, node))?);
         }
         let offsets = resume.offsets.clone();
         let tasks = task::spawn(dataflow, self.tasks.handle(), self.db.clone(), resume);
@@ -572,7 +567,7 @@ impl Worker {
         }
         // The epoch's number goes through the WAL either way, alone when the
         // rest of the epoch did not.
-        batch.put_cf(cf(db, CF_STATE), EPOCH_KEY, epoch.to_be_bytes());
+        batch.put_cf(cf(db, CF_STATE), keys::EPOCH_KEY, epoch.to_be_bytes());
         Ok(db.write_opt(batch, &options)?)
     }
 

@@ -23,11 +23,9 @@ use tokio::sync::watch;
 
 use crate::catalog::{LATE_EVENTS, Table, VIEW_ERRORS};
 use crate::dataflow::node::{Node, blocking};
-use crate::dataflow::runtime::EPOCH_KEY;
 use crate::error::{Error, Result};
 use crate::log::embedded::{self, Chunk};
 use crate::state::rows::decode_counted;
-use crate::state::writer::SEQUENCE_KEY;
 use crate::state::{CF_ROWS, CF_STATE, ReadView, keys};
 
 /// How a subscriber wants its changes.
@@ -174,8 +172,8 @@ enum Clock {
 impl Clock {
     fn key(self) -> &'static [u8] {
         match self {
-            Clock::Epochs => EPOCH_KEY,
-            Clock::Writes => SEQUENCE_KEY,
+            Clock::Epochs => keys::EPOCH_KEY,
+            Clock::Writes => keys::SEQUENCE_KEY,
         }
     }
 

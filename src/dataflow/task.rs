@@ -32,7 +32,7 @@ use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::EpochState;
 use crate::error::{Error, Result};
 use crate::log::embedded::read_partition;
-use crate::state::ReadView;
+use crate::state::{ReadView, keys};
 
 /// Most records one source partition contributes to one epoch.
 pub const EPOCH_ROWS: u64 = 1 << 20;
@@ -165,8 +165,8 @@ pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) 
     {
         let task = NodeTask {
             operator: node.operator,
-            prefix: node_prefix(view, index),
-            mark_key: mark_key(view, b"\xffwn", index),
+            prefix: keys::node_prefix(view, index),
+            mark_key: keys::node_watermark_key(view, index),
             marks: vec![(None, false); inputs.len()],
             blocked: vec![false; inputs.len()],
             inputs,
@@ -231,28 +231,6 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         "an operator panicked: {}",
         crate::error::panic_message(panic)
     )
-}
-
-/// The state-family prefix of one node.
-pub fn node_prefix(view: u64, node: usize) -> Vec<u8> {
-    let mut prefix = view.to_be_bytes().to_vec();
-    prefix.extend_from_slice(&(node as u32).to_be_bytes());
-    prefix
-}
-
-/// A dataflow-level key: the view, a tag starting with `\xff` (which no
-/// node prefix starts with), and an index.
-pub fn mark_key(view: u64, tag: &[u8], index: usize) -> Vec<u8> {
-    let mut key = view.to_be_bytes().to_vec();
-    key.extend_from_slice(tag);
-    key.extend_from_slice(&(index as u32).to_be_bytes());
-    key
-}
-
-pub fn offset_key(view: u64, source: usize, partition: u32) -> Vec<u8> {
-    let mut key = mark_key(view, b"\xffsrc", source);
-    key.extend_from_slice(&partition.to_be_bytes());
-    key
 }
 
 pub fn encode_mark(mark: Option<i64>) -> Vec<u8> {
@@ -524,7 +502,10 @@ impl SourceTask {
             }
             for (index, mark) in self.marks.iter().enumerate() {
                 if *mark != self.saved[index] {
-                    state.put(mark_key(self.view, b"\xffws", index), encode_mark(*mark));
+                    state.put(
+                        keys::source_watermark_key(self.view, index),
+                        encode_mark(*mark),
+                    );
                 }
             }
             self.saved = self.marks.clone();
@@ -590,7 +571,7 @@ impl SourceTask {
             if read > 0 {
                 let (index, partition) = (cursor.source, cursor.partition);
                 self.offsets.insert((index, partition), cursor.at);
-                let key = offset_key(self.view, index, partition);
+                let key = keys::source_offset_key(self.view, index, partition);
                 state.put(key, cursor.at.to_be_bytes().to_vec());
             }
             reads[cursor.source].0 += read;
@@ -735,8 +716,8 @@ mod tests {
         let (reports_tx, mut reports) = channel(4);
         let task = NodeTask {
             operator: Box::new(Recorder(seen.clone())),
-            prefix: node_prefix(1, 0),
-            mark_key: mark_key(1, b"\xffwn", 0),
+            prefix: keys::node_prefix(1, 0),
+            mark_key: keys::node_watermark_key(1, 0),
             marks: vec![(None, false); 2],
             blocked: vec![false; 2],
             inputs: vec![left_rx, right_rx],

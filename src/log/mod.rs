@@ -7,5 +7,6 @@
 
 pub mod chunk;
 pub mod embedded;
+pub mod writer;
 
 pub use embedded::{Chunk, ChunkEntry};

@@ -15,11 +15,11 @@ use crate::dataflow::late;
 use crate::dataflow::node::Node;
 use crate::dataflow::runtime::{Runtime, Settings};
 use crate::error::{Error, Result};
+use crate::log::writer::Writer;
 use crate::sql::functions::{ProcTime, Version};
 use crate::sql::provider::WeirSchema;
 use crate::state::Store;
 use crate::state::disk::DiskGuard;
-use crate::state::writer::Writer;
 use datafusion::logical_expr::ScalarUDF;
 
 /// The database name clients see (`current_database()`, `\l`).
@@ -122,7 +122,7 @@ impl Engine {
     pub fn records_in(&self, table: &str) -> u64 {
         self.catalog
             .table(table)
-            .and_then(|t| crate::state::writer::log_end(self.store.db(), t.def.topic(), 0).ok())
+            .and_then(|t| crate::log::writer::log_end(self.store.db(), t.def.topic(), 0).ok())
             .unwrap_or(0)
     }
 
@@ -137,7 +137,7 @@ impl Engine {
         let disk = DiskGuard::new(config.data_dir.clone(), config.min_free_disk);
         let clock = Arc::new(Clock::new(config.manual_clock));
         let now_clock = clock.clone();
-        let now: crate::state::writer::Now = Arc::new(move || now_clock.now().timestamp_micros());
+        let now: crate::log::writer::Now = Arc::new(move || now_clock.now().timestamp_micros());
         let writer = Writer::start(&store, Some(disk.clone()), config.fsync, now.clone())?;
         let failures = Failures::default();
         let ctx = session_context(&catalog, &store, &writer, &clock, &failures)?;

@@ -144,7 +144,7 @@ impl Session {
 
     /// The producer id and sequence number the session's next write is
     /// published with (`SET weir.producer_id`, `SET weir.producer_seq`).
-    pub fn producer(&self) -> crate::Result<Option<crate::state::writer::Producer>> {
+    pub fn producer(&self) -> crate::Result<Option<crate::log::writer::Producer>> {
         let set = |name: &str| {
             self.variables
                 .get(name)

@@ -51,9 +51,9 @@ pub fn parse_zone(text: &str) -> std::result::Result<Tz, String> {
 pub async fn finish_copy(
     engine: &Arc<Engine>,
     copy: CopyIn,
-    producer: Option<crate::state::writer::Producer>,
+    producer: Option<crate::log::writer::Producer>,
 ) -> Result<Output> {
-    crate::state::writer::PRODUCER
+    crate::log::writer::PRODUCER
         .scope(producer, copy::finish(engine, copy))
         .await
 }

@@ -15,10 +15,10 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::catalog::{Catalog, Table};
 use crate::error::Error;
+use crate::log::writer::Writer;
 use crate::sql::provider::TableSource;
 use crate::sql::window::name_argument;
 use crate::state::Store;
-use crate::state::writer::Writer;
 
 type DfResult<T> = datafusion::error::Result<T>;
 

@@ -38,7 +38,7 @@ const BATCH_ROWS: usize = 8192;
 pub struct WeirSchema {
     catalog: Arc<Catalog>,
     store: Arc<Store>,
-    writer: crate::state::writer::Writer,
+    writer: crate::log::writer::Writer,
     failures: Failures,
     /// The session state logical views are planned with, set once the
     /// context that holds this schema exists.
@@ -51,7 +51,7 @@ impl WeirSchema {
     pub fn new(
         catalog: Arc<Catalog>,
         store: Arc<Store>,
-        writer: crate::state::writer::Writer,
+        writer: crate::log::writer::Writer,
         failures: Failures,
     ) -> Self {
         WeirSchema {
@@ -132,14 +132,14 @@ impl SchemaProvider for WeirSchema {
 pub struct TableSource {
     table: Arc<Table>,
     store: Arc<Store>,
-    writer: crate::state::writer::Writer,
+    writer: crate::log::writer::Writer,
     constraints: Constraints,
     /// Views that stopped: reading one returns its error.
     failures: Option<Failures>,
 }
 
 impl TableSource {
-    pub fn new(table: Arc<Table>, store: Arc<Store>, writer: crate::state::writer::Writer) -> Self {
+    pub fn new(table: Arc<Table>, store: Arc<Store>, writer: crate::log::writer::Writer) -> Self {
         let constraints = if table.def.is_keyed() {
             Constraints::new_unverified(vec![Constraint::PrimaryKey(table.def.primary_key.clone())])
         } else {
@@ -273,7 +273,7 @@ impl TableProvider for TableSource {
             table: self.table.clone(),
             writer: self.writer.clone(),
             // The sink may run on another task than the statement.
-            producer: crate::state::writer::current_producer(),
+            producer: crate::log::writer::current_producer(),
         };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
@@ -400,8 +400,8 @@ fn spawn_reader(
 #[derive(Debug)]
 struct TableSink {
     table: Arc<Table>,
-    writer: crate::state::writer::Writer,
-    producer: Option<crate::state::writer::Producer>,
+    writer: crate::log::writer::Writer,
+    producer: Option<crate::log::writer::Producer>,
 }
 
 impl DisplayAs for TableSink {
@@ -445,8 +445,6 @@ impl DataSink for TableSink {
             self.writer.commit_stage(self.table.target(), stage).await
         };
         let producer = self.producer.clone();
-        Ok(crate::state::writer::PRODUCER
-            .scope(producer, insert)
-            .await?)
+        Ok(crate::log::writer::PRODUCER.scope(producer, insert).await?)
     }
 }

@@ -30,9 +30,9 @@ use futures::{StreamExt, TryStreamExt};
 use crate::catalog::{Catalog, Table};
 use crate::dataflow::window::{WINDOW_END, WINDOW_START, WindowKind, WindowSpec, interval_micros};
 use crate::error::Error;
+use crate::log::writer::Writer;
 use crate::sql::provider::TableSource;
 use crate::state::Store;
-use crate::state::writer::Writer;
 
 type DfResult<T> = datafusion::error::Result<T>;
 

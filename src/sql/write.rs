@@ -7,7 +7,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::catalog::Table;
 use crate::error::{Error, Result};
-use crate::state::writer::{Change, KeyedRow, Stage, WriteOp, Writer};
+use crate::log::writer::{Change, KeyedRow, Stage, WriteOp, Writer};
 use crate::state::{CF_ROWS, ReadView, keys};
 
 /// Arrow bytes of rows after which an INSERT stages them on disk instead

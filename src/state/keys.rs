@@ -1,4 +1,9 @@
 //! Key layouts. All integers are big-endian so that byte order is numeric order.
+//!
+//! In the `state` family, a view's dataflow keeps everything under the
+//! view's id: each operator under its node's prefix, and the dataflow's own
+//! marks under a tag starting with `\xff`, which no node prefix starts with.
+//! Keys of the whole node start with `\xff` themselves.
 
 /// `rows` family: the prefix of every row of one table.
 pub fn table_prefix(table: u64) -> Vec<u8> {
@@ -66,6 +71,58 @@ pub fn object_key(id: u64) -> Vec<u8> {
 pub const OBJECT_PREFIX: &[u8] = b"o";
 pub const NEXT_ID_KEY: &[u8] = b"next_id";
 
+/// `state` family: the sequence number of the last committed write group.
+pub const SEQUENCE_KEY: &[u8] = b"\xffwseq";
+
+/// `state` family: the last epoch the dataflows committed.
+pub const EPOCH_KEY: &[u8] = b"\xffepoch";
+
+/// `state` family: the last sequence number a producer committed.
+pub fn producer_key(id: &str) -> Vec<u8> {
+    [b"\xffproducer\x00".as_slice(), id.as_bytes()].concat()
+}
+
+/// `state` family: every bulk load that committed, while its files may
+/// still need ingesting.
+pub const LOAD_MARKER_PREFIX: &[u8] = b"\xffcopy\x00";
+
+/// `state` family: the marker of one committed bulk load, by its stage's name.
+pub fn load_marker_key(name: &str) -> Vec<u8> {
+    [LOAD_MARKER_PREFIX, name.as_bytes()].concat()
+}
+
+/// `state` family: the prefix of one dataflow node's operator state.
+pub fn node_prefix(view: u64, node: usize) -> Vec<u8> {
+    let mut prefix = view.to_be_bytes().to_vec();
+    prefix.extend_from_slice(&(node as u32).to_be_bytes());
+    prefix
+}
+
+/// `state` family: the watermark a view's source last passed on.
+pub fn source_watermark_key(view: u64, source: usize) -> Vec<u8> {
+    dataflow_key(view, b"\xffws", source)
+}
+
+/// `state` family: the watermark a view's node last passed on.
+pub fn node_watermark_key(view: u64, node: usize) -> Vec<u8> {
+    dataflow_key(view, b"\xffwn", node)
+}
+
+/// `state` family: the offset a view's source has read to in one partition.
+pub fn source_offset_key(view: u64, source: usize, partition: u32) -> Vec<u8> {
+    let mut key = dataflow_key(view, b"\xffsrc", source);
+    key.extend_from_slice(&partition.to_be_bytes());
+    key
+}
+
+/// A dataflow-level key: the view, a tag starting with `\xff`, an index.
+fn dataflow_key(view: u64, tag: &[u8], index: usize) -> Vec<u8> {
+    let mut key = view.to_be_bytes().to_vec();
+    key.extend_from_slice(tag);
+    key.extend_from_slice(&(index as u32).to_be_bytes());
+    key
+}
+
 /// A key's hash, stable across runs and versions, for choosing a partition.
 pub fn partition_of(key: &[u8], partitions: u32) -> u32 {
     // FNV-1a: tiny, and unlike std's hasher its output is fixed forever.
@@ -92,6 +149,29 @@ mod tests {
     fn log_keys_sort_by_offset() {
         assert!(log_key(1, 0, 9) < log_key(1, 0, 10));
         assert_eq!(log_key_offset(&log_key(1, 2, 300)), Some(300));
+    }
+
+    #[test]
+    fn dataflow_marks_sort_apart_from_node_state() {
+        let node = node_prefix(3, 0);
+        for mark in [
+            source_watermark_key(3, 0),
+            node_watermark_key(3, 0),
+            source_offset_key(3, 0, 1),
+        ] {
+            assert!(mark.starts_with(&3u64.to_be_bytes()));
+            assert!(!mark.starts_with(&node), "{mark:?}");
+        }
+        assert_eq!(
+            source_offset_key(3, 1, 2),
+            [
+                &3u64.to_be_bytes()[..],
+                b"\xffsrc",
+                &[0, 0, 0, 1],
+                &[0, 0, 0, 2]
+            ]
+            .concat()
+        );
     }
 
     #[test]

@@ -6,14 +6,14 @@
 //! - `log`: the embedded log, `topic ++ partition ++ base offset -> chunk`;
 //! - `state`: dataflow operator state and source offsets, `view id ++ node ++ ...`.
 //!
-//! Writes go through the [`writer::Writer`], which group-commits. Reads take
-//! a [`ReadView`], one RocksDB snapshot shared by everything a statement reads.
+//! Writes go through the log's writer (`log::writer`), which
+//! group-commits. Reads take a [`ReadView`], one RocksDB snapshot shared by
+//! everything a statement reads.
 
 pub mod commitlog;
 pub mod disk;
 pub mod keys;
 pub mod rows;
-pub mod writer;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -34,7 +34,7 @@ use super::{Failure, Handle, Progress, Status, refuse_unknown};
 use crate::catalog::{ConnectorDef, Table, TableDef};
 use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
-use crate::state::writer::{self, WriteOp};
+use crate::log::writer::{self, WriteOp};
 
 mod datagen;
 mod nexmark;

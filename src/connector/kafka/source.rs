@@ -23,7 +23,7 @@ use crate::connector::format::{CsvOptions, Decoder, Encode};
 use crate::connector::{Failure, Handle, Progress, Status};
 use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
-use crate::state::writer::{self, WriteOp};
+use crate::log::writer::{self, WriteOp};
 
 /// Messages that failed: their place in the batch and why.
 type Failed = Vec<(usize, String)>;

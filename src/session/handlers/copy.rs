@@ -10,7 +10,7 @@
 //! written as one request. Larger data is cut into parts while it arrives;
 //! a loader thread parses and encodes each part and appends it to a stage
 //! on disk, and the writer commits the stage at the end
-//! (`state/writer/bulk.rs`). Memory then holds a few parts, whatever the
+//! (`log/writer/bulk.rs`). Memory then holds a few parts, whatever the
 //! size of the data.
 
 mod split;
@@ -29,10 +29,10 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
+use crate::log::writer::Stage;
 use crate::session::{CopyIn, Engine, Output, Session};
 use crate::sql::parser::{ident_name, object_name, parse_query};
 use crate::sql::write::NewRows;
-use crate::state::writer::Stage;
 
 /// Rows per batch while parsing.
 const BATCH_ROWS: usize = 8192;

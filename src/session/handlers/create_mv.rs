@@ -14,10 +14,10 @@ use sqlparser::ast;
 use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, OnError, Table, TableDef, View, ViewDef};
 use crate::dataflow::graph::Dataflow;
 use crate::error::{Error, Result};
+use crate::log::writer::log_end;
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::{CreateView, EmitClause};
 use crate::sql::plan::{Planner, ViewShape};
-use crate::state::writer::log_end;
 
 pub async fn create(
     engine: &Arc<Engine>,

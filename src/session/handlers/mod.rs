@@ -121,7 +121,7 @@ pub async fn dispatch(
             privileges::check_statement(engine, &session.user, &ast)?;
             let producer = session.producer()?;
             let run = query::run(engine, &ast, params);
-            let output = crate::state::writer::PRODUCER.scope(producer, run).await?;
+            let output = crate::log::writer::PRODUCER.scope(producer, run).await?;
             if session.implicit_flush() && is_write(&output) {
                 engine.runtime.flush().await?;
             }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use hashbrown::HashTable;
 
-use super::GroupState;
+use super::codec::GroupState;
 
 /// A group's key, held in the group itself up to the size of a windowed
 /// key of a few columns: finding a group then reads no second allocation.
@@ -361,5 +361,21 @@ mod tests {
         assert_eq!(closing.len(), 1);
         groups.discard(closing[0]);
         assert_eq!(groups.len(), 0);
+    }
+
+    #[test]
+    fn the_horizon_only_rules_out_keys_above_every_dropped_one() {
+        let mut horizon = Horizon::All;
+        assert!(horizon.rules_out(b"a"));
+        horizon.lower_to(b"m");
+        assert!(!horizon.rules_out(b"a") && !horizon.rules_out(b"m"));
+        assert!(horizon.rules_out(b"n"));
+        // Dropping smaller keys later never lowers what is known.
+        horizon.lower_to(b"c");
+        assert_eq!(horizon, Horizon::Above(b"m".to_vec()));
+        // Until state has been looked at, nothing is ruled out.
+        let mut unknown = Horizon::Unknown;
+        unknown.lower_to(b"z");
+        assert!(!unknown.rules_out(b"zz"));
     }
 }

@@ -33,9 +33,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rocksdb::{DB, IngestExternalFileOptions, Options, SstFileWriter, WriteBatch};
 
-use super::{
-    Committer, KeyedRow, Offsets, Producer, SEQUENCE_KEY, Target, WriteOp, duplicate, producer_key,
-};
+use super::group::Committer;
+use super::offsets::Offsets;
+use super::producer::{Producer, put_sequences};
+use super::request::{KeyedRow, Target, WriteOp, duplicate};
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, Stamp, encode_chunk};
 use crate::state::commitlog;
@@ -43,16 +44,10 @@ use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
 /// The staging directories' parent, in the store's directory.
 const STAGE_DIR: &str = "copy";
-/// `state` family: a committed load whose files may still need ingesting.
-const MARKER_PREFIX: &[u8] = b"\xffcopy\x00";
 /// Bytes read from a run at a time while merging.
 const READ_BUFFER: usize = 64 << 10;
 /// Keys looked up in the store at a time, when they may exist already.
 const LOOKUP_KEYS: usize = 4096;
-
-fn marker_key(name: &str) -> Vec<u8> {
-    [MARKER_PREFIX, name.as_bytes()].concat()
-}
 
 /// Which write the staged rows are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,6 +255,29 @@ pub(super) fn commit(
     let offsets = &mut committer.offsets;
     let current = offsets.watermark(db, target.topic, target.partitions)?;
     let watermark = current.max(stage.watermark);
+    let written = write_files(db, offsets, target, stage, kind, stamp, watermark)?;
+    commit_marker(db, committer, stage, stamp, producers)?;
+    stage.committed = true;
+    apply(db, &stage.dir, &stage.name).map_err(|e| {
+        Error::Io(std::io::Error::other(format!(
+            "a committed COPY could not be applied ({e}); restart the server to apply it"
+        )))
+    })?;
+    remember(&mut committer.offsets, target.topic, written, watermark);
+    Ok(stage.rows)
+}
+
+/// Step 1: the staged rows with their final keys, offsets and stamp, as
+/// SST files beside the stage.
+fn write_files(
+    db: &DB,
+    offsets: &mut Offsets,
+    target: &Target,
+    stage: &Stage,
+    kind: Kind,
+    stamp: Stamp,
+    watermark: Option<i64>,
+) -> Result<Written> {
     let options = sst_options();
     let mut out = Files::new(db, offsets, target, &stage.dir, &options, stamp, watermark)?;
     let file = stage.file.get_ref();
@@ -282,41 +300,46 @@ pub(super) fn commit(
             })?;
         }
     }
-    let written = out.finish()?;
+    out.finish()
+}
 
-    // The commit point: a small synced write, like any group's.
+/// Step 2, the commit point: a small synced write, like any group's.
+fn commit_marker(
+    db: &DB,
+    committer: &mut Committer,
+    stage: &Stage,
+    stamp: Stamp,
+    producers: &[Producer],
+) -> Result<()> {
     let state = cf(db, CF_STATE);
     let mut batch = WriteBatch::default();
-    batch.put_cf(state, SEQUENCE_KEY, stamp.epoch.to_be_bytes());
-    for (id, seq) in producers {
-        batch.put_cf(state, producer_key(id), seq.to_be_bytes());
-    }
-    batch.put_cf(state, marker_key(&stage.name), b"");
+    batch.put_cf(state, keys::SEQUENCE_KEY, stamp.epoch.to_be_bytes());
+    put_sequences(
+        db,
+        &mut batch,
+        producers.iter().map(|(id, seq)| (id.as_str(), *seq)),
+    );
+    batch.put_cf(state, keys::load_marker_key(&stage.name), b"");
     match committer.log.as_mut() {
-        Some(ring) => ring.commit(db, stamp.epoch, batch, None)?,
-        None => commitlog::write_unsynced(db, batch)?,
+        Some(ring) => ring.commit(db, stamp.epoch, batch, None),
+        None => commitlog::write_unsynced(db, batch),
     }
-    stage.committed = true;
-    apply(db, &stage.dir, &stage.name).map_err(|e| {
-        Error::Io(std::io::Error::other(format!(
-            "a committed COPY could not be applied ({e}); restart the server to apply it"
-        )))
-    })?;
+}
 
-    let offsets = &mut committer.offsets;
+/// What the writer keeps between groups, moved past the load.
+fn remember(offsets: &mut Offsets, topic: u64, written: Written, watermark: Option<i64>) {
     offsets.next.extend(
         written
             .next
             .into_iter()
-            .map(|(partition, next)| ((target.topic, partition), next)),
+            .map(|(partition, next)| ((topic, partition), next)),
     );
     if watermark.is_some() {
-        offsets.watermarks.insert(target.topic, watermark);
+        offsets.watermarks.insert(topic, watermark);
     }
     if let Some(key) = written.highest_row {
         offsets.raise_end(&key);
     }
-    Ok(stage.rows)
 }
 
 /// Every entry of the runs in file order.
@@ -557,7 +580,7 @@ fn apply(db: &DB, dir: &Path, name: &str) -> Result<()> {
     if rows.exists() {
         ingest(db, CF_ROWS, vec![rows])?;
     }
-    db.delete_cf(cf(db, CF_STATE), marker_key(name))?;
+    db.delete_cf(cf(db, CF_STATE), keys::load_marker_key(name))?;
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
@@ -587,9 +610,9 @@ fn ingest(db: &DB, family: &str, files: Vec<PathBuf>) -> Result<()> {
 pub(super) fn recover(db: &DB) -> Result<()> {
     let mut names = Vec::new();
     let mut iter = db.raw_iterator_cf(cf(db, CF_STATE));
-    iter.seek(MARKER_PREFIX);
+    iter.seek(keys::LOAD_MARKER_PREFIX);
     while let Some(key) = iter.key() {
-        let Some(name) = key.strip_prefix(MARKER_PREFIX) else {
+        let Some(name) = key.strip_prefix(keys::LOAD_MARKER_PREFIX) else {
             break;
         };
         names.push(String::from_utf8_lossy(name).into_owned());

@@ -1,0 +1,284 @@
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
+use datafusion::physical_expr::expressions::Column;
+
+use datafusion::arrow::array::{Int64Array, RecordBatch};
+
+use super::*;
+use crate::dataflow::change::{Barrier, pretty, render};
+use crate::dataflow::state::EpochState;
+use crate::state::Store;
+
+fn sum_min_by_group() -> Aggregate {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Utf8, true),
+        Field::new("n", DataType::Int64, true),
+        Field::new("s", DataType::Int64, true),
+        Field::new("lo", DataType::Int64, true),
+    ]));
+    let column = |i| Arc::new(Column::new("c", i)) as Arc<dyn PhysicalExpr>;
+    let aggs = vec![
+        AggSpec {
+            append_only: false,
+            kind: AggKind::CountStar,
+            arg: None,
+            arg_type: DataType::Null,
+            accumulator: None,
+        },
+        AggSpec {
+            append_only: false,
+            kind: AggKind::Sum,
+            arg: Some(column(1)),
+            arg_type: DataType::Int64,
+            accumulator: None,
+        },
+        AggSpec {
+            append_only: false,
+            kind: AggKind::Min,
+            arg: Some(column(1)),
+            arg_type: DataType::Int64,
+            accumulator: None,
+        },
+    ];
+    Aggregate::new(vec![column(0)], vec![DataType::Utf8], aggs, schema).expect("aggregate")
+}
+
+/// Feed one epoch and return what the operator emitted at its barrier.
+fn epoch(op: &mut Aggregate, store: &Store, input: ChangeBatch) -> Vec<String> {
+    let mut state = EpochState::new(store.db().clone());
+    let prefix = b"test".to_vec();
+    let mut cx = Context::new(&mut state, &prefix);
+    op.on_changes(0, input, &mut cx).expect("changes");
+    op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
+        .expect("barrier");
+    let out = render(&cx.take_output());
+    let mut batch = rocksdb::WriteBatch::default();
+    state.drain_into(&mut batch);
+    store.db().write(batch).expect("commit");
+    out
+}
+
+#[test]
+fn retractions_replace_the_minimum_and_empty_groups_vanish() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let mut op = sum_min_by_group();
+    let first = epoch(&mut op, &store, pretty("T I", "+ a 5\n+ a 3\n+ b 7"));
+    assert_eq!(first, vec!["+1 a 2 8 3", "+1 b 1 7 7"]);
+    let second = epoch(&mut op, &store, pretty("T I", "- a 3\n- b 7"));
+    assert_eq!(second, vec!["+1 a 1 5 5", "-1 a 2 8 3", "-1 b 1 7 7"]);
+    // A change that nets to nothing emits nothing.
+    let third = epoch(&mut op, &store, pretty("T I", "+ a 9\n- a 9"));
+    assert!(third.is_empty(), "{third:?}");
+}
+
+#[test]
+fn a_retracted_minimum_is_found_again_also_after_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let mut op = sum_min_by_group();
+    let first = epoch(&mut op, &store, pretty("T I", "+ a 5\n+ a 3\n+ a 3\n+ a 8"));
+    assert_eq!(first, vec!["+1 a 4 19 3"]);
+    // One of two equal minimums goes: the minimum stays, read from the multiset.
+    let second = epoch(&mut op, &store, pretty("T I", "- a 3"));
+    assert_eq!(second, vec!["+1 a 3 16 3", "-1 a 4 19 3"]);
+    // A new operator, as after a restart, retracts the last minimum.
+    let mut op = sum_min_by_group();
+    let third = epoch(&mut op, &store, pretty("T I", "- a 3\n+ a 6"));
+    assert_eq!(third, vec!["+1 a 3 19 5", "-1 a 3 16 3"]);
+    // Values above the minimum come and go without changing it.
+    let fourth = epoch(&mut op, &store, pretty("T I", "- a 8\n+ a 7"));
+    assert_eq!(fourth, vec!["+1 a 3 18 5", "-1 a 3 19 5"]);
+}
+
+#[test]
+fn append_only_extremes_survive_a_restart_without_a_multiset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let build = || {
+        let mut op = sum_min_by_group();
+        op.aggs[2].append_only = true;
+        op
+    };
+    let mut op = build();
+    assert_eq!(
+        epoch(&mut op, &store, pretty("T I", "+ a 5\n+ a 3")),
+        vec!["+1 a 2 8 3"]
+    );
+    // A new operator reads the group back from state, as after a restart.
+    let mut op = build();
+    assert_eq!(
+        epoch(&mut op, &store, pretty("T I", "+ a 1\n+ a 4")),
+        vec!["+1 a 4 13 1", "-1 a 2 8 3"]
+    );
+}
+
+#[test]
+fn a_full_cache_drops_its_smallest_groups_without_changing_results() {
+    let run = |limit: usize| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut op = sum_min_by_group();
+        op.cache_limit = limit;
+        let mut out = Vec::new();
+        for input in [
+            "+ a 5\n+ b 3\n+ c 7\n+ d 1",
+            "- a 5\n+ a 2\n+ e 9\n- d 1",
+            "+ b 4\n+ c 1\n+ f 6\n+ a 8",
+        ] {
+            out.push(epoch(&mut op, &store, pretty("T I", input)));
+        }
+        out
+    };
+    assert_eq!(run(2), run(CACHE_GROUPS));
+}
+
+#[test]
+fn nulls_are_ignored_by_sum_and_min() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let mut op = sum_min_by_group();
+    let out = epoch(&mut op, &store, pretty("T I", "+ a .\n+ a ."));
+    assert_eq!(out, vec!["+1 a 2 . ."]);
+}
+
+fn state_entries(store: &Store) -> usize {
+    store.state_entries(b"test")
+}
+
+/// max(v) per (k, window_end) over `(k, window_end, v)` input, and that
+/// input's schema.
+fn max_per_window(on_close: bool) -> (Aggregate, SchemaRef) {
+    let time = crate::dataflow::window::timestamp_type();
+    let input = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("window_end", time.clone(), true),
+        Field::new("v", DataType::Int64, true),
+    ]));
+    let output = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Utf8, true),
+        Field::new("window_end", time.clone(), true),
+        Field::new("hi", DataType::Int64, true),
+    ]));
+    let column = |i| Arc::new(Column::new("c", i)) as Arc<dyn PhysicalExpr>;
+    let max = AggSpec {
+        append_only: false,
+        kind: AggKind::Max,
+        arg: Some(column(2)),
+        arg_type: DataType::Int64,
+        accumulator: None,
+    };
+    let window = WindowClose {
+        column: 1,
+        offset: 0,
+    };
+    let op = Aggregate::new(
+        vec![column(0), column(1)],
+        vec![DataType::Utf8, time],
+        vec![max],
+        output,
+    )
+    .expect("aggregate")
+    .with_window(window, on_close)
+    .expect("window");
+    (op, input)
+}
+
+/// `n` rows of window `window` (ending at `window * 10`), over 10 keys.
+fn window_rows(input: &SchemaRef, window: i64, n: i64) -> ChangeBatch {
+    use datafusion::arrow::array::{StringArray, TimestampMicrosecondArray};
+    let keys: Vec<String> = (0..n).map(|i| format!("k{}", i % 10)).collect();
+    let rows = RecordBatch::try_new(
+        input.clone(),
+        vec![
+            Arc::new(StringArray::from(keys)),
+            Arc::new(TimestampMicrosecondArray::from(vec![
+                window * 10;
+                n as usize
+            ])),
+            Arc::new(Int64Array::from_iter_values(0..n)),
+        ],
+    )
+    .expect("batch");
+    ChangeBatch::inserts(rows)
+}
+
+/// One epoch: changes, then a watermark, then the barrier; returns what
+/// the operator emitted and whether the epoch wrote any state.
+fn window_epoch(
+    op: &mut Aggregate,
+    store: &Store,
+    inputs: Vec<ChangeBatch>,
+    watermark: i64,
+) -> (Vec<String>, bool) {
+    let mut state = EpochState::new(store.db().clone());
+    let prefix = b"test".to_vec();
+    let mut cx = Context::new(&mut state, &prefix);
+    for input in inputs {
+        op.on_changes(0, input, &mut cx).expect("changes");
+    }
+    op.on_watermark(Watermark { micros: watermark }, &mut cx)
+        .expect("watermark");
+    op.on_barrier(Barrier { epoch: 1, now: 0 }, &mut cx)
+        .expect("barrier");
+    let out = render(&cx.take_output());
+    let wrote = !state.is_empty();
+    let mut batch = rocksdb::WriteBatch::default();
+    state.drain_into(&mut batch);
+    store.db().write(batch).expect("commit");
+    (out, wrote)
+}
+
+#[test]
+fn windowed_state_is_deleted_once_the_watermark_passes_the_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let (mut op, input) = max_per_window(true);
+    let mut most = 0;
+    let mut emitted = 0;
+    // An endless stream: 200 windows of 10 keys, 5 rows a key each.
+    for window in 1..=200i64 {
+        let rows = window_rows(&input, window, 50);
+        let (out, _) = window_epoch(&mut op, &store, vec![rows], window * 10 - 10);
+        emitted += out.len();
+        most = most.max(state_entries(&store));
+    }
+    // One open window at a time: 10 groups and their 50 distinct values.
+    assert!(most <= 60, "state grew to {most} entries");
+    // Every window but the last, still open, was emitted once a key.
+    assert_eq!(emitted, 199 * 10);
+}
+
+#[test]
+fn a_window_that_opens_and_closes_within_an_epoch_writes_no_state() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let (mut op, input) = max_per_window(false);
+    // Over append-only input max keeps no multiset either.
+    op.aggs[0].append_only = true;
+    let rows = window_rows(&input, 1, 20);
+    let (out, wrote) = window_epoch(&mut op, &store, vec![rows.clone(), rows], 10);
+    assert_eq!(out.len(), 10, "{out:?}");
+    assert!(!wrote, "the epoch wrote state for groups it closed");
+}
+
+#[test]
+fn windows_close_alike_whether_their_groups_stayed_in_memory_or_not() {
+    let run = |limit: usize| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let (mut op, input) = max_per_window(true);
+        op.cache_limit = limit;
+        let mut out = Vec::new();
+        // Three windows open at once; each epoch closes the oldest.
+        for window in 1..=8i64 {
+            let rows = (window..window + 3)
+                .map(|w| window_rows(&input, w, 20))
+                .collect();
+            out.push(window_epoch(&mut op, &store, rows, window * 10).0);
+        }
+        out
+    };
+    assert_eq!(run(4), run(CACHE_GROUPS));
+}
