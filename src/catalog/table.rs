@@ -65,11 +65,33 @@ pub struct TableDef {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ColumnDef {
     pub name: String,
-    /// The Arrow type, in Arrow's own notation (`Int64`, `Utf8`, ...).
-    pub data_type: String,
+    /// Stored in Arrow's own notation (`Int64`, `Utf8`, ...), as
+    /// definitions have always been written.
+    #[serde(with = "arrow_notation")]
+    pub data_type: DataType,
     /// The type as the user wrote it, for DESCRIBE.
     pub sql_type: String,
     pub nullable: bool,
+}
+
+/// A column's Arrow type as text, written by Arrow's `Display` and read by
+/// its `FromStr`, so that stored definitions keep their exact bytes.
+mod arrow_notation {
+    use datafusion::arrow::datatypes::DataType;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(
+        data_type: &DataType,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(data_type)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DataType, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse()
+            .map_err(|e| D::Error::custom(format!("stored type {text} unreadable: {e}")))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -122,7 +144,7 @@ impl TableDef {
             .zip(&spelled)
             .map(|((column, data_type), (_, sql_type, _))| ColumnDef {
                 name: column.to_string(),
-                data_type: data_type.to_string(),
+                data_type: data_type.clone(),
                 sql_type: sql_type.to_string(),
                 nullable: true,
             })
@@ -160,18 +182,13 @@ impl TableDef {
         !self.primary_key.is_empty()
     }
 
-    pub fn arrow_schema(&self) -> Result<Schema> {
-        let fields = self
-            .columns
-            .iter()
-            .map(|c| {
-                let data_type: DataType = c.data_type.parse().map_err(|e| {
-                    Error::Internal(format!("stored type {} unreadable: {e}", c.data_type))
-                })?;
-                Ok(Field::new(&c.name, data_type, c.nullable))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Schema::new(fields))
+    pub fn arrow_schema(&self) -> Schema {
+        Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
+                .collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -227,7 +244,7 @@ impl std::fmt::Debug for Table {
 
 impl Table {
     pub fn new(def: TableDef) -> Result<Table> {
-        let schema = Arc::new(def.arrow_schema()?);
+        let schema = Arc::new(def.arrow_schema());
         let codec = RowCodec::new(schema.clone(), &def.primary_key)?;
         let nullable_schema = nullable(&schema);
         let watermark = match &def.watermark {
@@ -298,5 +315,73 @@ impl Table {
             .iter()
             .map(|i| self.def.columns[*i].name.as_str())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table as the catalog stored it when column types were kept as text.
+    const STORED: &str = concat!(
+        r#"{"id":12,"name":"bids","columns":["#,
+        r#"{"name":"auction","data_type":"Int64","sql_type":"bigint","nullable":false},"#,
+        r#"{"name":"bidder","data_type":"Utf8","sql_type":"character varying","nullable":true},"#,
+        r#"{"name":"price","data_type":"Decimal128(38, 10)","sql_type":"numeric","nullable":true},"#,
+        r#"{"name":"day","data_type":"Date32","sql_type":"date","nullable":true},"#,
+        r#"{"name":"at","data_type":"Timestamp(µs)","sql_type":"timestamp without time zone","nullable":true},"#,
+        r#"{"name":"zoned","data_type":"Timestamp(µs, \"+00:00\")","sql_type":"timestamp with time zone","nullable":true}"#,
+        r#"],"primary_key":[0],"append_only":false,"#,
+        r#""watermark":{"column":"at","expr":"at - INTERVAL '5' SECOND"},"partitions":4,"#,
+        r#""definition":"CREATE TABLE bids (...)","is_view":false,"multiset":false,"#,
+        r#""watermarked":false,"connector":null,"log_only":false,"retention":null}"#
+    );
+
+    #[test]
+    fn a_stored_definition_reads_as_types_and_writes_back_the_same_bytes() {
+        let def: TableDef = serde_json::from_str(STORED).expect("the stored shape");
+        let types: Vec<&DataType> = def.columns.iter().map(|c| &c.data_type).collect();
+        assert_eq!(
+            types,
+            [
+                &DataType::Int64,
+                &DataType::Utf8,
+                &DataType::Decimal128(38, 10),
+                &DataType::Date32,
+                &DataType::Timestamp(TimeUnit::Microsecond, None),
+                &DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            ]
+        );
+        assert_eq!(serde_json::to_string(&def).expect("serializes"), STORED);
+    }
+
+    #[test]
+    fn types_are_written_as_arrow_spells_them() {
+        for data_type in [
+            DataType::Boolean,
+            DataType::Int32,
+            DataType::Float64,
+            DataType::Binary,
+            DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            DataType::new_list(DataType::Int64, true),
+        ] {
+            let old = format!(
+                r#"{{"name":"c","data_type":{},"sql_type":"x","nullable":true}}"#,
+                serde_json::to_string(&data_type.to_string()).expect("text")
+            );
+            let column: ColumnDef = serde_json::from_str(&old).expect(&old);
+            assert_eq!(column.data_type, data_type);
+            assert_eq!(serde_json::to_string(&column).expect("serializes"), old);
+        }
+    }
+
+    #[test]
+    fn an_unreadable_type_fails_to_load() {
+        let stored = r#"{"name":"c","data_type":"NoSuchType","sql_type":"x","nullable":true}"#;
+        let e = serde_json::from_str::<ColumnDef>(stored).expect_err("not a type");
+        assert!(
+            e.to_string().contains("stored type NoSuchType unreadable"),
+            "{e}"
+        );
     }
 }

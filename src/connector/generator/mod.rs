@@ -447,7 +447,7 @@ mod tests {
             .iter()
             .map(|(name, data_type)| ColumnDef {
                 name: name.to_string(),
-                data_type: data_type.to_string(),
+                data_type: data_type.clone(),
                 sql_type: data_type.to_string().to_lowercase(),
                 nullable: true,
             })
@@ -476,7 +476,7 @@ mod tests {
     }
 
     fn schema(def: &TableDef) -> SchemaRef {
-        crate::catalog::nullable(&def.arrow_schema().expect("the test's types are Arrow's"))
+        crate::catalog::nullable(&def.arrow_schema())
     }
 
     /// Every batch the source would write, rounds as the task runs them,

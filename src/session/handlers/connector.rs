@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{ColumnDef, ConnectorDef, Object, SinkDef, Table, TableDef};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+
+use crate::catalog::{ColumnDef, ConnectorDef, Metadata, Object, SinkDef, Table, TableDef};
 use crate::connector::{self, Status};
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
@@ -27,15 +29,11 @@ pub fn include_columns(connector: &ConnectorDef, declared: &[ColumnDef]) -> Resu
             return Err(Error::DuplicateColumn(include.column.clone()));
         }
         let (data_type, sql_type) = match include.what {
-            crate::catalog::Metadata::Key => ("Binary".to_string(), "bytea"),
-            crate::catalog::Metadata::Partition => ("Int32".to_string(), "integer"),
-            crate::catalog::Metadata::Offset => ("Int64".to_string(), "bigint"),
-            crate::catalog::Metadata::Timestamp => (
-                datafusion::arrow::datatypes::DataType::Timestamp(
-                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                    None,
-                )
-                .to_string(),
+            Metadata::Key => (DataType::Binary, "bytea"),
+            Metadata::Partition => (DataType::Int32, "integer"),
+            Metadata::Offset => (DataType::Int64, "bigint"),
+            Metadata::Timestamp => (
+                DataType::Timestamp(TimeUnit::Microsecond, None),
                 "timestamp without time zone",
             ),
         };

@@ -352,7 +352,7 @@ fn columns(plan: &LogicalPlan) -> Result<Vec<ColumnDef>> {
             }
             Ok(ColumnDef {
                 name,
-                data_type: field.data_type().to_string(),
+                data_type: field.data_type().clone(),
                 sql_type: crate::sql::pg_catalog::pg_type_name(field.data_type())
                     .unwrap_or_else(|| field.data_type().to_string().to_lowercase()),
                 nullable: true,
