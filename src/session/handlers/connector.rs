@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
-use crate::catalog::{ColumnDef, ConnectorDef, Metadata, Object, SinkDef, Table, TableDef};
+use crate::catalog::{
+    ColumnDef, ConnectorDef, ConnectorKind, Metadata, Object, SinkDef, Table, TableDef,
+};
 use crate::connector::{self, Status};
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
@@ -13,7 +15,7 @@ use crate::sql::parser::CreateSink;
 
 /// The metadata columns a connector's `INCLUDE` adds after the declared ones.
 pub fn include_columns(connector: &ConnectorDef, declared: &[ColumnDef]) -> Result<Vec<ColumnDef>> {
-    if !connector.include.is_empty() && connector.connector != "kafka" {
+    if !connector.include.is_empty() && connector.connector != ConnectorKind::Kafka {
         return Err(Error::InvalidParameter(format!(
             "INCLUDE reads Kafka message metadata; connector '{}' has none",
             connector.connector
@@ -54,7 +56,7 @@ pub async fn check_source(def: &TableDef) -> Result<()> {
         return Ok(());
     };
     connector::check_source(connector, def)?;
-    if connector.connector == "kafka" {
+    if connector.connector == ConnectorKind::Kafka {
         connector::kafka::probe(connector).await?;
     }
     Ok(())

@@ -9,7 +9,9 @@ use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, LogicalPlan};
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
-use crate::catalog::{ColumnDef, Object, ObjectDef, ObjectKind, TableDef, WatermarkDef};
+use crate::catalog::{
+    ColumnDef, ConnectorKind, Object, ObjectDef, ObjectKind, TableDef, WatermarkDef,
+};
 use crate::dataflow::runtime::Retention;
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
@@ -181,7 +183,7 @@ fn with_generated_columns(create: CreateTable) -> Result<CreateTable> {
     if !parsed.columns.is_empty() {
         return Ok(create);
     }
-    if connector.connector == "kafka" {
+    if connector.connector == ConnectorKind::Kafka {
         return Err(Error::Syntax(
             "a Kafka source declares its columns: CREATE SOURCE name (column type, ...) WITH (...)"
                 .into(),
