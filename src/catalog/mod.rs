@@ -25,7 +25,9 @@ pub use connector::{
     SinkDef, is_secret, redacted,
 };
 pub use role::{BOOTSTRAP_ROLE, RoleDef, Verifier};
-pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr};
+pub use table::{
+    ColumnDef, Storage, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr,
+};
 
 /// The system table of late rows (see `dataflow::late`).
 pub const LATE_EVENTS: &str = "late_events";

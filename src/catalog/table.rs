@@ -26,40 +26,127 @@ fn system_type(data_type: &DataType) -> (&'static str, &'static str) {
 
 /// A table as persisted in the catalog.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "Stored", into = "Stored")]
 pub struct TableDef {
     pub id: u64,
     pub name: String,
     pub columns: Vec<ColumnDef>,
     /// Indices of the primary key columns, in key order; empty when there is none.
     pub primary_key: Vec<usize>,
-    /// Rows can only be inserted (a stream).
-    pub append_only: bool,
+    pub storage: Storage,
     pub watermark: Option<WatermarkDef>,
     /// Partitions of the table's log topic.
     pub partitions: u32,
     /// The CREATE statement as the user wrote it, for SHOW CREATE.
     pub definition: String,
-    /// The contents of a materialized view (its topic is the view's changelog).
-    #[serde(default)]
-    pub is_view: bool,
-    /// Rows are stored with their multiplicity (views without a unique key).
-    #[serde(default)]
-    pub multiset: bool,
-    /// A view whose changelog carries the watermark of what it reads.
-    #[serde(default)]
+    /// A view whose changelog carries the watermark of what it reads. Apart
+    /// from storage: it follows from what the view reads, not how it keeps rows.
     pub watermarked: bool,
     /// What feeds it from outside: a source, or a table with a connector.
-    #[serde(default)]
     pub connector: Option<super::ConnectorDef>,
-    /// A view that only ever adds rows and has no key: its changelog is its
-    /// contents, and it keeps no rows of its own.
-    #[serde(default)]
-    pub log_only: bool,
     /// How long the log keeps changes as written, in microseconds
     /// (`WITH (retention = ...)`): a table's older changes are folded into
     /// its live rows, an append-only table's are dropped.
-    #[serde(default)]
     pub retention: Option<i64>,
+}
+
+/// What a relation is, and so where its contents live and how they change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// Rows kept and changed in place: a table, and what stands for a
+    /// logical view's columns.
+    Rows,
+    /// Rows can only be inserted (a stream), and the log topic holds them.
+    AppendOnly,
+    /// A materialized view's rows, one per value of its unique key; its
+    /// topic is the view's changelog.
+    KeyedView,
+    /// A materialized view without a unique key: each row kept with its
+    /// multiplicity.
+    MultisetView,
+    /// A materialized view that only ever adds rows: its changelog is its
+    /// contents, and it keeps no rows of its own.
+    LogView,
+}
+
+/// `TableDef` as the catalog stores it: storage as the booleans it has
+/// always been written as, in their places, so stored definitions keep
+/// their bytes.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    id: u64,
+    name: String,
+    columns: Vec<ColumnDef>,
+    primary_key: Vec<usize>,
+    append_only: bool,
+    watermark: Option<WatermarkDef>,
+    partitions: u32,
+    definition: String,
+    #[serde(default)]
+    is_view: bool,
+    #[serde(default)]
+    multiset: bool,
+    #[serde(default)]
+    watermarked: bool,
+    #[serde(default)]
+    connector: Option<super::ConnectorDef>,
+    #[serde(default)]
+    log_only: bool,
+    #[serde(default)]
+    retention: Option<i64>,
+}
+
+impl Storage {
+    fn from_flags(append_only: bool, is_view: bool, multiset: bool, log_only: bool) -> Storage {
+        match (is_view, log_only, multiset) {
+            (true, true, _) => Storage::LogView,
+            (true, false, true) => Storage::MultisetView,
+            (true, false, false) => Storage::KeyedView,
+            (false, _, _) if append_only => Storage::AppendOnly,
+            (false, _, _) => Storage::Rows,
+        }
+    }
+}
+
+impl From<Stored> for TableDef {
+    fn from(s: Stored) -> TableDef {
+        TableDef {
+            storage: Storage::from_flags(s.append_only, s.is_view, s.multiset, s.log_only),
+            id: s.id,
+            name: s.name,
+            columns: s.columns,
+            primary_key: s.primary_key,
+            watermark: s.watermark,
+            partitions: s.partitions,
+            definition: s.definition,
+            watermarked: s.watermarked,
+            connector: s.connector,
+            retention: s.retention,
+        }
+    }
+}
+
+impl From<TableDef> for Stored {
+    fn from(def: TableDef) -> Stored {
+        Stored {
+            append_only: def.storage == Storage::AppendOnly,
+            is_view: def.is_view(),
+            // A view that keeps no rows was written as a multiset when it had no key.
+            multiset: def.storage == Storage::MultisetView
+                || (def.storage == Storage::LogView && def.primary_key.is_empty()),
+            log_only: def.storage == Storage::LogView,
+            id: def.id,
+            name: def.name,
+            columns: def.columns,
+            primary_key: def.primary_key,
+            watermark: def.watermark,
+            partitions: def.partitions,
+            definition: def.definition,
+            watermarked: def.watermarked,
+            connector: def.connector,
+            retention: def.retention,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -115,15 +202,12 @@ impl TableDef {
             name: name.into(),
             columns,
             primary_key: Vec::new(),
-            append_only: true,
+            storage: Storage::AppendOnly,
             watermark: None,
             partitions: 1,
             definition,
-            is_view: false,
-            multiset: false,
             watermarked: false,
             connector: None,
-            log_only: false,
             retention: None,
         }
     }
@@ -175,7 +259,25 @@ impl TableDef {
     /// Whether reading the contents means reading the log topic from its
     /// start: append-only tables, and views that keep no rows.
     pub fn contents_in_log(&self) -> bool {
-        (self.append_only && !self.is_view) || self.log_only
+        matches!(self.storage, Storage::AppendOnly | Storage::LogView)
+    }
+
+    /// Rows can only be inserted: an append-only table or source.
+    pub fn is_append_only(&self) -> bool {
+        self.storage == Storage::AppendOnly
+    }
+
+    /// The contents of a materialized view; its topic is the view's changelog.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self.storage,
+            Storage::KeyedView | Storage::MultisetView | Storage::LogView
+        )
+    }
+
+    /// Rows are stored with their multiplicity.
+    pub fn is_multiset(&self) -> bool {
+        self.storage == Storage::MultisetView
     }
 
     pub fn is_keyed(&self) -> bool {
@@ -353,6 +455,44 @@ mod tests {
             ]
         );
         assert_eq!(serde_json::to_string(&def).expect("serializes"), STORED);
+    }
+
+    #[test]
+    fn stored_storage_flags_read_as_one_storage_and_write_back_the_same_bytes() {
+        let flags = |append_only, is_view, multiset, log_only, key: &str| {
+            STORED
+                .replace(r#""primary_key":[0]"#, &format!(r#""primary_key":[{key}]"#))
+                .replace(
+                    r#""append_only":false"#,
+                    &format!(r#""append_only":{append_only}"#),
+                )
+                .replace(r#""is_view":false"#, &format!(r#""is_view":{is_view}"#))
+                .replace(r#""multiset":false"#, &format!(r#""multiset":{multiset}"#))
+                .replace(r#""log_only":false"#, &format!(r#""log_only":{log_only}"#))
+        };
+        for (stored, storage) in [
+            (flags(false, false, false, false, "0"), Storage::Rows),
+            (flags(true, false, false, false, ""), Storage::AppendOnly),
+            (flags(false, true, false, false, "0"), Storage::KeyedView),
+            (flags(false, true, true, false, ""), Storage::MultisetView),
+            (flags(false, true, false, true, "0"), Storage::LogView),
+            (flags(false, true, true, true, ""), Storage::LogView),
+        ] {
+            let def: TableDef = serde_json::from_str(&stored).expect(&stored);
+            assert_eq!(def.storage, storage, "{stored}");
+            assert_eq!(serde_json::to_string(&def).expect("serializes"), stored);
+        }
+    }
+
+    #[test]
+    fn flags_written_before_views_existed_read_as_a_table() {
+        let old = STORED.replace(
+            r#","is_view":false,"multiset":false,"watermarked":false,"connector":null,"log_only":false,"retention":null"#,
+            "",
+        );
+        assert_ne!(old, STORED);
+        let def: TableDef = serde_json::from_str(&old).expect("the oldest shape");
+        assert_eq!(def.storage, Storage::Rows);
     }
 
     #[test]

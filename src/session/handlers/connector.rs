@@ -99,7 +99,7 @@ pub async fn create_sink(
 fn relation(engine: &Arc<Engine>, name: &str) -> Result<(Arc<Table>, bool)> {
     match engine.catalog.get(name) {
         Some(Object::Table(table)) => {
-            let append_only = table.def.append_only;
+            let append_only = table.def.is_append_only();
             Ok((table, append_only))
         }
         Some(Object::MaterializedView(view)) => Ok((view.table.clone(), view.def.append_only)),

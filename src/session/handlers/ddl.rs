@@ -10,7 +10,7 @@ use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
 use crate::catalog::{
-    ColumnDef, ConnectorKind, Object, ObjectDef, ObjectKind, TableDef, WatermarkDef,
+    ColumnDef, ConnectorKind, Object, ObjectDef, ObjectKind, Storage, TableDef, WatermarkDef,
 };
 use crate::dataflow::runtime::Retention;
 use crate::error::{Error, Result};
@@ -63,16 +63,16 @@ pub async fn create_table(
         name: create.name.clone(),
         columns,
         primary_key,
-        append_only: create.append_only,
+        storage: match create.append_only {
+            true => Storage::AppendOnly,
+            false => Storage::Rows,
+        },
         watermark,
         partitions: engine.config.default_partitions,
         // Shown by SHOW CREATE and pg_catalog: no secret may be in it.
         definition: crate::catalog::redacted(&create.text),
-        is_view: false,
-        multiset: false,
         watermarked: false,
         connector: create.connector.clone(),
-        log_only: false,
         retention,
     };
     super::connector::check_source(&def).await?;

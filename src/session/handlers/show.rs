@@ -188,7 +188,7 @@ pub fn describe(engine: &Arc<Engine>, name: &str) -> Result<Output> {
             None,
         ]);
     }
-    if table.def.append_only {
+    if table.def.is_append_only() {
         rows.push(vec![
             Some("append only".into()),
             Some("true".into()),
