@@ -6,6 +6,7 @@
 //! starts again after a restart.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
@@ -14,17 +15,80 @@ use crate::error::{Error, Result};
 /// The connectors weir knows.
 pub const CONNECTORS: &[&str] = &["kafka", "nexmark", "datagen"];
 
+/// Enums of the lower-cased words a connector clause takes, stored as those
+/// words. A word weir does not know is kept rather than refused: which
+/// message refuses it depends on the statement it is in (a source or a
+/// sink, Kafka or a generator), and that is decided when the statement is
+/// checked, after the checks that come before it.
+macro_rules! words {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident = $word:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+        #[serde(from = "String", into = "String")]
+        pub enum $name {
+            $($variant,)+
+            Unknown(String),
+        }
+
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$variant => $word,)+
+                    $name::Unknown(word) => word,
+                }
+            }
+        }
+
+        impl From<String> for $name {
+            fn from(word: String) -> $name {
+                match word.as_str() {
+                    $($word => $name::$variant,)+
+                    _ => $name::Unknown(word),
+                }
+            }
+        }
+
+        impl From<$name> for String {
+            fn from(value: $name) -> String {
+                match value {
+                    $name::Unknown(word) => word,
+                    known => known.as_str().to_string(),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+words! {
+    /// `WITH (connector = ...)`.
+    ConnectorKind { Kafka = "kafka", Nexmark = "nexmark", Datagen = "datagen" }
+}
+
+words! {
+    /// `FORMAT PLAIN | UPSERT | DEBEZIUM`.
+    Format { Plain = "plain", Upsert = "upsert", Debezium = "debezium" }
+}
+
+words! {
+    /// `ENCODE JSON | CSV`.
+    Encoding { Json = "json", Csv = "csv" }
+}
+
 /// What feeds a source, or a table created `WITH (connector = ...)`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectorDef {
-    /// `kafka`, `nexmark` or `datagen`.
-    pub connector: String,
+    pub connector: ConnectorKind,
     /// The `WITH` options, keys lower-cased, `connector` left out.
     pub options: BTreeMap<String, String>,
-    /// `FORMAT PLAIN | UPSERT | DEBEZIUM`, lower-cased; `None` when not written.
-    pub format: Option<String>,
-    /// `ENCODE JSON | CSV`, lower-cased.
-    pub encode: Option<String>,
+    /// `None` when not written.
+    pub format: Option<Format>,
+    pub encode: Option<Encoding>,
     /// Options after `ENCODE x (...)`, keys lower-cased.
     #[serde(default)]
     pub encode_options: BTreeMap<String, String>,
@@ -105,7 +169,7 @@ impl ConnectorDef {
     }
 
     pub fn is_upsert(&self) -> bool {
-        self.format.as_deref() == Some("upsert")
+        self.format == Some(Format::Upsert)
     }
 }
 
@@ -187,6 +251,45 @@ pub fn redacted(definition: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_connector_reads_as_kinds_and_writes_back_the_same_bytes() {
+        let stored = concat!(
+            r#"{"connector":"kafka","options":{"topic":"t"},"format":"upsert","#,
+            r#""encode":"csv","encode_options":{},"include":[],"source":false}"#
+        );
+        let def: ConnectorDef = serde_json::from_str(stored).expect("the stored shape");
+        assert_eq!(def.connector, ConnectorKind::Kafka);
+        assert_eq!(def.format, Some(Format::Upsert));
+        assert_eq!(def.encode, Some(Encoding::Csv));
+        assert_eq!(serde_json::to_string(&def).expect("serializes"), stored);
+        let bare = concat!(
+            r#"{"connector":"nexmark","options":{},"format":null,"#,
+            r#""encode":null,"encode_options":{},"include":[],"source":true}"#
+        );
+        let def: ConnectorDef = serde_json::from_str(bare).expect("the stored shape");
+        assert_eq!(
+            (def.connector.clone(), def.format.clone()),
+            (ConnectorKind::Nexmark, None)
+        );
+        assert_eq!(serde_json::to_string(&def).expect("serializes"), bare);
+    }
+
+    #[test]
+    fn an_unknown_word_is_kept_as_written() {
+        let kind = ConnectorKind::from("pulsar".to_string());
+        assert_eq!(kind, ConnectorKind::Unknown("pulsar".into()));
+        assert_eq!(kind.to_string(), "pulsar");
+        assert_eq!(String::from(Format::from("avro".to_string())), "avro");
+        for (word, format) in [
+            ("plain", Format::Plain),
+            ("upsert", Format::Upsert),
+            ("debezium", Format::Debezium),
+        ] {
+            assert_eq!(Format::from(word.to_string()), format);
+            assert_eq!(format.as_str(), word);
+        }
+    }
 
     #[test]
     fn secret_options_are_recognised() {

@@ -21,10 +21,13 @@ use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 pub use acl::{Acl, Privilege};
 pub use comment::CommentKey;
 pub use connector::{
-    CONNECTORS, ConnectorDef, Include, Metadata, REDACTED, SinkDef, is_secret, redacted,
+    CONNECTORS, ConnectorDef, ConnectorKind, Encoding, Format, Include, Metadata, REDACTED,
+    SinkDef, is_secret, redacted,
 };
 pub use role::{BOOTSTRAP_ROLE, RoleDef, Verifier};
-pub use table::{ColumnDef, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr};
+pub use table::{
+    ColumnDef, Storage, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr,
+};
 
 /// The system table of late rows (see `dataflow::late`).
 pub const LATE_EVENTS: &str = "late_events";

@@ -26,50 +26,159 @@ fn system_type(data_type: &DataType) -> (&'static str, &'static str) {
 
 /// A table as persisted in the catalog.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(from = "Stored", into = "Stored")]
 pub struct TableDef {
     pub id: u64,
     pub name: String,
     pub columns: Vec<ColumnDef>,
     /// Indices of the primary key columns, in key order; empty when there is none.
     pub primary_key: Vec<usize>,
-    /// Rows can only be inserted (a stream).
-    pub append_only: bool,
+    pub storage: Storage,
     pub watermark: Option<WatermarkDef>,
     /// Partitions of the table's log topic.
     pub partitions: u32,
     /// The CREATE statement as the user wrote it, for SHOW CREATE.
     pub definition: String,
-    /// The contents of a materialized view (its topic is the view's changelog).
-    #[serde(default)]
-    pub is_view: bool,
-    /// Rows are stored with their multiplicity (views without a unique key).
-    #[serde(default)]
-    pub multiset: bool,
-    /// A view whose changelog carries the watermark of what it reads.
-    #[serde(default)]
+    /// A view whose changelog carries the watermark of what it reads. Apart
+    /// from storage: it follows from what the view reads, not how it keeps rows.
     pub watermarked: bool,
     /// What feeds it from outside: a source, or a table with a connector.
-    #[serde(default)]
     pub connector: Option<super::ConnectorDef>,
-    /// A view that only ever adds rows and has no key: its changelog is its
-    /// contents, and it keeps no rows of its own.
-    #[serde(default)]
-    pub log_only: bool,
     /// How long the log keeps changes as written, in microseconds
     /// (`WITH (retention = ...)`): a table's older changes are folded into
     /// its live rows, an append-only table's are dropped.
-    #[serde(default)]
     pub retention: Option<i64>,
+}
+
+/// What a relation is, and so where its contents live and how they change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Storage {
+    /// Rows kept and changed in place: a table, and what stands for a
+    /// logical view's columns.
+    Rows,
+    /// Rows can only be inserted (a stream), and the log topic holds them.
+    AppendOnly,
+    /// A materialized view's rows, one per value of its unique key; its
+    /// topic is the view's changelog.
+    KeyedView,
+    /// A materialized view without a unique key: each row kept with its
+    /// multiplicity.
+    MultisetView,
+    /// A materialized view that only ever adds rows: its changelog is its
+    /// contents, and it keeps no rows of its own.
+    LogView,
+}
+
+/// `TableDef` as the catalog stores it: storage as the booleans it has
+/// always been written as, in their places, so stored definitions keep
+/// their bytes.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    id: u64,
+    name: String,
+    columns: Vec<ColumnDef>,
+    primary_key: Vec<usize>,
+    append_only: bool,
+    watermark: Option<WatermarkDef>,
+    partitions: u32,
+    definition: String,
+    #[serde(default)]
+    is_view: bool,
+    #[serde(default)]
+    multiset: bool,
+    #[serde(default)]
+    watermarked: bool,
+    #[serde(default)]
+    connector: Option<super::ConnectorDef>,
+    #[serde(default)]
+    log_only: bool,
+    #[serde(default)]
+    retention: Option<i64>,
+}
+
+impl Storage {
+    fn from_flags(append_only: bool, is_view: bool, multiset: bool, log_only: bool) -> Storage {
+        match (is_view, log_only, multiset) {
+            (true, true, _) => Storage::LogView,
+            (true, false, true) => Storage::MultisetView,
+            (true, false, false) => Storage::KeyedView,
+            (false, _, _) if append_only => Storage::AppendOnly,
+            (false, _, _) => Storage::Rows,
+        }
+    }
+}
+
+impl From<Stored> for TableDef {
+    fn from(s: Stored) -> TableDef {
+        TableDef {
+            storage: Storage::from_flags(s.append_only, s.is_view, s.multiset, s.log_only),
+            id: s.id,
+            name: s.name,
+            columns: s.columns,
+            primary_key: s.primary_key,
+            watermark: s.watermark,
+            partitions: s.partitions,
+            definition: s.definition,
+            watermarked: s.watermarked,
+            connector: s.connector,
+            retention: s.retention,
+        }
+    }
+}
+
+impl From<TableDef> for Stored {
+    fn from(def: TableDef) -> Stored {
+        Stored {
+            append_only: def.storage == Storage::AppendOnly,
+            is_view: def.is_view(),
+            // A view that keeps no rows was written as a multiset when it had no key.
+            multiset: def.storage == Storage::MultisetView
+                || (def.storage == Storage::LogView && def.primary_key.is_empty()),
+            log_only: def.storage == Storage::LogView,
+            id: def.id,
+            name: def.name,
+            columns: def.columns,
+            primary_key: def.primary_key,
+            watermark: def.watermark,
+            partitions: def.partitions,
+            definition: def.definition,
+            watermarked: def.watermarked,
+            connector: def.connector,
+            retention: def.retention,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ColumnDef {
     pub name: String,
-    /// The Arrow type, in Arrow's own notation (`Int64`, `Utf8`, ...).
-    pub data_type: String,
+    /// Stored in Arrow's own notation (`Int64`, `Utf8`, ...), as
+    /// definitions have always been written.
+    #[serde(with = "arrow_notation")]
+    pub data_type: DataType,
     /// The type as the user wrote it, for DESCRIBE.
     pub sql_type: String,
     pub nullable: bool,
+}
+
+/// A column's Arrow type as text, written by Arrow's `Display` and read by
+/// its `FromStr`, so that stored definitions keep their exact bytes.
+mod arrow_notation {
+    use datafusion::arrow::datatypes::DataType;
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    pub fn serialize<S: Serializer>(
+        data_type: &DataType,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(data_type)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DataType, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse()
+            .map_err(|e| D::Error::custom(format!("stored type {text} unreadable: {e}")))
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -93,15 +202,12 @@ impl TableDef {
             name: name.into(),
             columns,
             primary_key: Vec::new(),
-            append_only: true,
+            storage: Storage::AppendOnly,
             watermark: None,
             partitions: 1,
             definition,
-            is_view: false,
-            multiset: false,
             watermarked: false,
             connector: None,
-            log_only: false,
             retention: None,
         }
     }
@@ -122,7 +228,7 @@ impl TableDef {
             .zip(&spelled)
             .map(|((column, data_type), (_, sql_type, _))| ColumnDef {
                 name: column.to_string(),
-                data_type: data_type.to_string(),
+                data_type: data_type.clone(),
                 sql_type: sql_type.to_string(),
                 nullable: true,
             })
@@ -153,25 +259,38 @@ impl TableDef {
     /// Whether reading the contents means reading the log topic from its
     /// start: append-only tables, and views that keep no rows.
     pub fn contents_in_log(&self) -> bool {
-        (self.append_only && !self.is_view) || self.log_only
+        matches!(self.storage, Storage::AppendOnly | Storage::LogView)
+    }
+
+    /// Rows can only be inserted: an append-only table or source.
+    pub fn is_append_only(&self) -> bool {
+        self.storage == Storage::AppendOnly
+    }
+
+    /// The contents of a materialized view; its topic is the view's changelog.
+    pub fn is_view(&self) -> bool {
+        matches!(
+            self.storage,
+            Storage::KeyedView | Storage::MultisetView | Storage::LogView
+        )
+    }
+
+    /// Rows are stored with their multiplicity.
+    pub fn is_multiset(&self) -> bool {
+        self.storage == Storage::MultisetView
     }
 
     pub fn is_keyed(&self) -> bool {
         !self.primary_key.is_empty()
     }
 
-    pub fn arrow_schema(&self) -> Result<Schema> {
-        let fields = self
-            .columns
-            .iter()
-            .map(|c| {
-                let data_type: DataType = c.data_type.parse().map_err(|e| {
-                    Error::Internal(format!("stored type {} unreadable: {e}", c.data_type))
-                })?;
-                Ok(Field::new(&c.name, data_type, c.nullable))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Schema::new(fields))
+    pub fn arrow_schema(&self) -> Schema {
+        Schema::new(
+            self.columns
+                .iter()
+                .map(|c| Field::new(&c.name, c.data_type.clone(), c.nullable))
+                .collect::<Vec<_>>(),
+        )
     }
 }
 
@@ -227,7 +346,7 @@ impl std::fmt::Debug for Table {
 
 impl Table {
     pub fn new(def: TableDef) -> Result<Table> {
-        let schema = Arc::new(def.arrow_schema()?);
+        let schema = Arc::new(def.arrow_schema());
         let codec = RowCodec::new(schema.clone(), &def.primary_key)?;
         let nullable_schema = nullable(&schema);
         let watermark = match &def.watermark {
@@ -298,5 +417,111 @@ impl Table {
             .iter()
             .map(|i| self.def.columns[*i].name.as_str())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A table as the catalog stored it when column types were kept as text.
+    const STORED: &str = concat!(
+        r#"{"id":12,"name":"bids","columns":["#,
+        r#"{"name":"auction","data_type":"Int64","sql_type":"bigint","nullable":false},"#,
+        r#"{"name":"bidder","data_type":"Utf8","sql_type":"character varying","nullable":true},"#,
+        r#"{"name":"price","data_type":"Decimal128(38, 10)","sql_type":"numeric","nullable":true},"#,
+        r#"{"name":"day","data_type":"Date32","sql_type":"date","nullable":true},"#,
+        r#"{"name":"at","data_type":"Timestamp(µs)","sql_type":"timestamp without time zone","nullable":true},"#,
+        r#"{"name":"zoned","data_type":"Timestamp(µs, \"+00:00\")","sql_type":"timestamp with time zone","nullable":true}"#,
+        r#"],"primary_key":[0],"append_only":false,"#,
+        r#""watermark":{"column":"at","expr":"at - INTERVAL '5' SECOND"},"partitions":4,"#,
+        r#""definition":"CREATE TABLE bids (...)","is_view":false,"multiset":false,"#,
+        r#""watermarked":false,"connector":null,"log_only":false,"retention":null}"#
+    );
+
+    #[test]
+    fn a_stored_definition_reads_as_types_and_writes_back_the_same_bytes() {
+        let def: TableDef = serde_json::from_str(STORED).expect("the stored shape");
+        let types: Vec<&DataType> = def.columns.iter().map(|c| &c.data_type).collect();
+        assert_eq!(
+            types,
+            [
+                &DataType::Int64,
+                &DataType::Utf8,
+                &DataType::Decimal128(38, 10),
+                &DataType::Date32,
+                &DataType::Timestamp(TimeUnit::Microsecond, None),
+                &DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into())),
+            ]
+        );
+        assert_eq!(serde_json::to_string(&def).expect("serializes"), STORED);
+    }
+
+    #[test]
+    fn stored_storage_flags_read_as_one_storage_and_write_back_the_same_bytes() {
+        let flags = |append_only, is_view, multiset, log_only, key: &str| {
+            STORED
+                .replace(r#""primary_key":[0]"#, &format!(r#""primary_key":[{key}]"#))
+                .replace(
+                    r#""append_only":false"#,
+                    &format!(r#""append_only":{append_only}"#),
+                )
+                .replace(r#""is_view":false"#, &format!(r#""is_view":{is_view}"#))
+                .replace(r#""multiset":false"#, &format!(r#""multiset":{multiset}"#))
+                .replace(r#""log_only":false"#, &format!(r#""log_only":{log_only}"#))
+        };
+        for (stored, storage) in [
+            (flags(false, false, false, false, "0"), Storage::Rows),
+            (flags(true, false, false, false, ""), Storage::AppendOnly),
+            (flags(false, true, false, false, "0"), Storage::KeyedView),
+            (flags(false, true, true, false, ""), Storage::MultisetView),
+            (flags(false, true, false, true, "0"), Storage::LogView),
+            (flags(false, true, true, true, ""), Storage::LogView),
+        ] {
+            let def: TableDef = serde_json::from_str(&stored).expect(&stored);
+            assert_eq!(def.storage, storage, "{stored}");
+            assert_eq!(serde_json::to_string(&def).expect("serializes"), stored);
+        }
+    }
+
+    #[test]
+    fn flags_written_before_views_existed_read_as_a_table() {
+        let old = STORED.replace(
+            r#","is_view":false,"multiset":false,"watermarked":false,"connector":null,"log_only":false,"retention":null"#,
+            "",
+        );
+        assert_ne!(old, STORED);
+        let def: TableDef = serde_json::from_str(&old).expect("the oldest shape");
+        assert_eq!(def.storage, Storage::Rows);
+    }
+
+    #[test]
+    fn types_are_written_as_arrow_spells_them() {
+        for data_type in [
+            DataType::Boolean,
+            DataType::Int32,
+            DataType::Float64,
+            DataType::Binary,
+            DataType::Interval(datafusion::arrow::datatypes::IntervalUnit::MonthDayNano),
+            DataType::new_list(DataType::Int64, true),
+        ] {
+            let old = format!(
+                r#"{{"name":"c","data_type":{},"sql_type":"x","nullable":true}}"#,
+                serde_json::to_string(&data_type.to_string()).expect("text")
+            );
+            let column: ColumnDef = serde_json::from_str(&old).expect(&old);
+            assert_eq!(column.data_type, data_type);
+            assert_eq!(serde_json::to_string(&column).expect("serializes"), old);
+        }
+    }
+
+    #[test]
+    fn an_unreadable_type_fails_to_load() {
+        let stored = r#"{"name":"c","data_type":"NoSuchType","sql_type":"x","nullable":true}"#;
+        let e = serde_json::from_str::<ColumnDef>(stored).expect_err("not a type");
+        assert!(
+            e.to_string().contains("stored type NoSuchType unreadable"),
+            "{e}"
+        );
     }
 }

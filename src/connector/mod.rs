@@ -29,7 +29,7 @@ use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::catalog::{ConnectorDef, SinkDef, Table, TableDef};
+use crate::catalog::{ConnectorDef, ConnectorKind, SinkDef, Table, TableDef};
 use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
 
@@ -150,12 +150,14 @@ impl Connectors {
         let id = table.def.id;
         let runtime = node.background.clone();
         self.spawn(&runtime, id, move |handle| async move {
-            match connector.connector.as_str() {
-                "kafka" => supervise(handle, |h| kafka::source(&node, &table, h)).await,
-                "nexmark" | "datagen" => {
+            match &connector.connector {
+                ConnectorKind::Kafka => {
+                    supervise(handle, |h| kafka::source(&node, &table, h)).await
+                }
+                ConnectorKind::Nexmark | ConnectorKind::Datagen => {
                     supervise(handle, |h| generator::source(&node, &table, h)).await
                 }
-                other => handle.progress.set(Status::Failed(format!(
+                ConnectorKind::Unknown(other) => handle.progress.set(Status::Failed(format!(
                     "connector '{other}' cannot feed a table"
                 ))),
             }
@@ -292,10 +294,10 @@ pub fn refuse_unknown(
 
 /// Check a source's connector clauses against its columns, at CREATE.
 pub fn check_source(connector: &ConnectorDef, table: &TableDef) -> Result<()> {
-    match connector.connector.as_str() {
-        "kafka" => kafka::SourceOptions::parse(connector, table).map(|_| ()),
-        "nexmark" | "datagen" => generator::check(connector, table),
-        other => Err(Error::InvalidParameter(format!(
+    match &connector.connector {
+        ConnectorKind::Kafka => kafka::SourceOptions::parse(connector, table).map(|_| ()),
+        ConnectorKind::Nexmark | ConnectorKind::Datagen => generator::check(connector, table),
+        ConnectorKind::Unknown(other) => Err(Error::InvalidParameter(format!(
             "connector '{other}' is not known; use {}",
             crate::catalog::CONNECTORS.join(", ")
         ))),
@@ -304,8 +306,8 @@ pub fn check_source(connector: &ConnectorDef, table: &TableDef) -> Result<()> {
 
 /// Check a sink's connector clauses against the relation it reads, at CREATE.
 pub fn check_sink(connector: &ConnectorDef, from: &Table, append_only: bool) -> Result<()> {
-    match connector.connector.as_str() {
-        "kafka" => {
+    match &connector.connector {
+        ConnectorKind::Kafka => {
             let options = kafka::SinkOptions::parse(connector, from)?;
             options.refuse_retractions(from, append_only)
         }

@@ -43,7 +43,7 @@ impl Source {
 
     /// Partitions of the topic: views keep their changelog in one.
     pub fn partitions(&self) -> u32 {
-        if self.table.def.is_view {
+        if self.table.def.is_view() {
             1
         } else {
             self.table.def.partitions
@@ -139,7 +139,7 @@ impl Dataflow {
             out.push_str(&format!("{indent}{} #{node}: {detail}\n", op.name()));
         }
         for source in self.sources.iter().filter(|s| s.node == node) {
-            let kind = if source.table.def.is_view {
+            let kind = if source.table.def.is_view() {
                 "changelog of view"
             } else {
                 "log of table"

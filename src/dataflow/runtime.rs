@@ -400,7 +400,7 @@ impl Worker {
             inputs.push(Input {
                 topic: source.topic(),
                 partitions: source.partitions(),
-                is_view: source.table.def.is_view,
+                is_view: source.table.def.is_view(),
             });
         }
         for node in 0..dataflow.nodes.len() {

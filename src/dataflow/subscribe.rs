@@ -286,7 +286,7 @@ impl Subscription {
         if options.pace == Pace::OnWindowClose {
             window_end_column(&table)?;
         }
-        let clock = if table.def.is_view
+        let clock = if table.def.is_view()
             || table.def.name == LATE_EVENTS
             || table.def.name == VIEW_ERRORS
         {
@@ -323,7 +323,7 @@ impl Subscription {
 
     /// A view keeps its changelog in one partition.
     fn partitions(&self) -> u32 {
-        match self.table.def.is_view {
+        match self.table.def.is_view() {
             true => 1,
             false => self.table.def.partitions.max(1),
         }
@@ -566,7 +566,7 @@ impl Subscription {
             prefix.clone(),
             keys::prefix_end(&prefix),
             |_, value| {
-                if def.multiset {
+                if def.is_multiset() {
                     let (count, row) = decode_counted(value)?;
                     rows.push((count, row.to_vec()));
                 } else {

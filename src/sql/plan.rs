@@ -869,7 +869,7 @@ impl<'a> Planner<'a> {
         let mut projection = None;
         let assign: Box<dyn Operator> = match window.spec.kind {
             WindowKind::Session { gap } => {
-                if !table.def.append_only || table.def.is_view {
+                if !table.def.is_append_only() {
                     return Err(Error::NotSupported(format!(
                         "SESSION windows need an append-only input; \"{}\" can change its rows",
                         table.def.name
@@ -980,13 +980,12 @@ impl<'a> Planner<'a> {
                 // Sessions retract rows when they merge.
                 Some(w) => {
                     !matches!(w.spec.kind, WindowKind::Session { .. })
-                        && w.relation.def.append_only
-                        && !w.relation.def.is_view
+                        && w.relation.def.is_append_only()
                 }
                 None => self
                     .catalog
                     .relation(scan.table_name.table())
-                    .is_some_and(|t| t.def.append_only && !t.def.is_view),
+                    .is_some_and(|t| t.def.is_append_only()),
             },
             LogicalPlan::Projection(p) => self.is_append_only(&p.input),
             LogicalPlan::Filter(f) => self.is_append_only(&f.input),

@@ -192,7 +192,7 @@ impl TableProvider for TableSource {
 
     fn table_type(&self) -> TableType {
         // pg_catalog then lists materialized views with psql's \dv, not \dt.
-        if self.table.def.is_view {
+        if self.table.def.is_view() {
             TableType::View
         } else {
             TableType::Base
@@ -259,7 +259,7 @@ impl TableProvider for TableSource {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if self.table.def.is_view {
+        if self.table.def.is_view() {
             return Err(Error::WrongObjectType(format!(
                 "cannot change materialized view \"{}\"; change the tables it reads",
                 self.table.def.name

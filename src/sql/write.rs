@@ -46,7 +46,7 @@ impl NewRows {
             check_not_null(table, batch)?;
         }
         let watermark = table.watermark_of(batches)?;
-        let op = if table.def.append_only {
+        let op = if table.def.is_append_only() {
             WriteOp::Append {
                 rows: encode_rows(table, batches)?,
             }
@@ -175,7 +175,7 @@ fn refuse_system(table: &Table) -> Result<()> {
 
 fn refuse_append_only(table: &Table, verb: &str) -> Result<()> {
     refuse_system(table)?;
-    if table.def.append_only {
+    if table.def.is_append_only() {
         return Err(Error::NotSupported(format!(
             "{verb} is not supported on append-only table \"{}\"",
             table.def.name

@@ -76,7 +76,7 @@ impl DatagenOptions {
                 "datagen.rows.per.second must be at least 1".into(),
             ));
         }
-        let schema = table.arrow_schema()?;
+        let schema = table.arrow_schema();
         let mut total = number(connector, "datagen.rows.total")?;
         let mut columns = Vec::with_capacity(schema.fields().len());
         for (at, (field, column)) in schema.fields().iter().zip(&table.columns).enumerate() {

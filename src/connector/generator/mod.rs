@@ -31,7 +31,7 @@ use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use tokio::time::Instant;
 
 use super::{Failure, Handle, Progress, Status, refuse_unknown};
-use crate::catalog::{ConnectorDef, Table, TableDef};
+use crate::catalog::{ConnectorDef, ConnectorKind, Table, TableDef};
 use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
 use crate::log::writer::{self, WriteOp};
@@ -71,8 +71,8 @@ const DATAGEN_OPTIONS: &[&str] = &["datagen.rows.per.second", "datagen.rows.tota
 /// text of a column list (`id BIGINT, ...`). Datagen has no columns of its
 /// own and says so; other connectors are not ours (`None`).
 pub fn columns(connector: &ConnectorDef) -> Result<Option<String>> {
-    match connector.connector.as_str() {
-        "nexmark" => {
+    match connector.connector {
+        ConnectorKind::Nexmark => {
             let kind = event_type(connector)?;
             let list: Vec<String> = generated(kind)
                 .iter()
@@ -80,7 +80,7 @@ pub fn columns(connector: &ConnectorDef) -> Result<Option<String>> {
                 .collect();
             Ok(Some(list.join(", ")))
         }
-        "datagen" => Err(Error::InvalidParameter(
+        ConnectorKind::Datagen => Err(Error::InvalidParameter(
             "connector 'datagen' generates the columns it is given; \
              declare them: CREATE SOURCE s (id BIGINT, ...) WITH (connector = 'datagen')"
                 .into(),
@@ -116,7 +116,7 @@ pub async fn source(
             return end_event_time(node, table).await;
         }
         pace.wait(rounds.reached()).await;
-        let op = match table.def.append_only {
+        let op = match table.def.is_append_only() {
             true => WriteOp::Append { rows: round.rows },
             false => WriteOp::InsertUnkeyed { rows: round.rows },
         };
@@ -167,9 +167,9 @@ impl Options {
                 "connector '{name}' cannot feed a table with a primary key; leave the key out"
             )));
         }
-        match name.as_str() {
-            "nexmark" => NexmarkOptions::parse(connector, table).map(Options::Nexmark),
-            "datagen" => DatagenOptions::parse(connector, table).map(Options::Datagen),
+        match name {
+            ConnectorKind::Nexmark => NexmarkOptions::parse(connector, table).map(Options::Nexmark),
+            ConnectorKind::Datagen => DatagenOptions::parse(connector, table).map(Options::Datagen),
             other => Err(Error::Internal(format!(
                 "connector '{other}' is not a generator; this is a bug"
             ))),
@@ -429,7 +429,7 @@ mod tests {
 
     fn connector(name: &str, pairs: &[(&str, &str)]) -> ConnectorDef {
         ConnectorDef {
-            connector: name.into(),
+            connector: ConnectorKind::from(name.to_string()),
             options: pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -447,7 +447,7 @@ mod tests {
             .iter()
             .map(|(name, data_type)| ColumnDef {
                 name: name.to_string(),
-                data_type: data_type.to_string(),
+                data_type: data_type.clone(),
                 sql_type: data_type.to_string().to_lowercase(),
                 nullable: true,
             })
@@ -476,7 +476,7 @@ mod tests {
     }
 
     fn schema(def: &TableDef) -> SchemaRef {
-        crate::catalog::nullable(&def.arrow_schema().expect("the test's types are Arrow's"))
+        crate::catalog::nullable(&def.arrow_schema())
     }
 
     /// Every batch the source would write, rounds as the task runs them,
@@ -594,7 +594,7 @@ mod tests {
         let e = columns(&connector("nexmark", &[])).expect_err("no table type");
         assert_eq!(e.sqlstate(), "22023");
         let mut encoded = connector("nexmark", &base);
-        encoded.encode = Some("json".into());
+        encoded.encode = Some(crate::catalog::Encoding::Json);
         let e = Options::parse(&encoded, &bid).err().expect("ENCODE");
         assert!(e.to_string().contains("leave out FORMAT and ENCODE"), "{e}");
         let mut keyed = bid.clone();

@@ -165,10 +165,7 @@ pub(super) fn nexmark_columns(kind: EventType, table: &TableDef) -> Result<Vec<&
                 names.join(", ")
             )));
         };
-        let declared: DataType = column.data_type.parse().map_err(|e| {
-            Error::Internal(format!("stored type {} unreadable: {e}", column.data_type))
-        })?;
-        if Type::of(&declared) != Some(*ty) {
+        if Type::of(&column.data_type) != Some(*ty) {
             return Err(Error::DatatypeMismatch(format!(
                 "column \"{name}\" of Nexmark {} events is {}, not {}",
                 type_name(kind),

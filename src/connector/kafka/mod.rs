@@ -22,7 +22,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::format::{CsvOptions, Encode, SinkFormat};
 use super::{Failure, refuse_unknown};
-use crate::catalog::{ConnectorDef, Table, TableDef};
+use crate::catalog::{ConnectorDef, Encoding, Format, Table, TableDef};
 use crate::error::{Error, Result};
 
 mod sink;
@@ -143,10 +143,10 @@ impl SourceOptions {
         let client = Client::parse(connector)?;
         let startup = startup(connector)?;
         let on_error = on_error(connector)?;
-        let encode = match connector.encode.as_deref() {
-            None | Some("json") => Encode::Json,
-            Some("csv") => Encode::Csv,
-            Some(other) => {
+        let encode = match &connector.encode {
+            None | Some(Encoding::Json) => Encode::Json,
+            Some(Encoding::Csv) => Encode::Csv,
+            Some(Encoding::Unknown(other)) => {
                 return Err(Error::NotSupported(format!(
                     "ENCODE {} is not supported; use ENCODE JSON or ENCODE CSV",
                     other.to_uppercase()
@@ -229,23 +229,23 @@ fn on_error(connector: &ConnectorDef) -> Result<OnError> {
 }
 
 fn check_format(connector: &ConnectorDef, table: &TableDef, encode: Encode) -> Result<()> {
-    match connector.format.as_deref() {
-        None | Some("plain") => Ok(()),
-        Some("upsert") if connector.source => Err(Error::NotSupported(
+    match &connector.format {
+        None | Some(Format::Plain) => Ok(()),
+        Some(Format::Upsert) if connector.source => Err(Error::NotSupported(
             "FORMAT UPSERT needs a primary key: use CREATE TABLE ... (..., PRIMARY KEY (...)) \
              WITH (connector = 'kafka', ...) FORMAT UPSERT ENCODE JSON"
                 .into(),
         )),
-        Some("upsert") if !table.is_keyed() => Err(Error::InvalidParameter(
+        Some(Format::Upsert) if !table.is_keyed() => Err(Error::InvalidParameter(
             "FORMAT UPSERT needs a PRIMARY KEY: the message key is the row's key".into(),
         )),
-        Some("upsert") if encode != Encode::Json => Err(Error::NotSupported(
+        Some(Format::Upsert) if encode != Encode::Json => Err(Error::NotSupported(
             "FORMAT UPSERT reads ENCODE JSON only".into(),
         )),
-        Some("upsert") => Ok(()),
-        Some(other) => Err(Error::NotSupported(format!(
+        Some(Format::Upsert) => Ok(()),
+        Some(other @ (Format::Debezium | Format::Unknown(_))) => Err(Error::NotSupported(format!(
             "FORMAT {} is not supported for Kafka sources; use FORMAT PLAIN or FORMAT UPSERT",
-            other.to_uppercase()
+            other.as_str().to_uppercase()
         ))),
     }
 }
@@ -391,20 +391,20 @@ impl SinkOptions {
             }),
             "force_append_only",
         )?;
-        match connector.encode.as_deref() {
-            None | Some("json") => {}
-            Some(other) => {
+        match &connector.encode {
+            None | Some(Encoding::Json) => {}
+            Some(other @ (Encoding::Csv | Encoding::Unknown(_))) => {
                 return Err(Error::NotSupported(format!(
                     "sinks write ENCODE JSON; ENCODE {} is not supported",
-                    other.to_uppercase()
+                    other.as_str().to_uppercase()
                 )));
             }
         }
-        let format = match connector.format.as_deref() {
-            None | Some("plain") => SinkFormat::Plain,
-            Some("upsert") => SinkFormat::Upsert,
-            Some("debezium") => SinkFormat::Debezium,
-            Some(other) => {
+        let format = match &connector.format {
+            None | Some(Format::Plain) => SinkFormat::Plain,
+            Some(Format::Upsert) => SinkFormat::Upsert,
+            Some(Format::Debezium) => SinkFormat::Debezium,
+            Some(Format::Unknown(other)) => {
                 return Err(Error::NotSupported(format!(
                     "FORMAT {} is not supported; use PLAIN, UPSERT or DEBEZIUM",
                     other.to_uppercase()
@@ -442,13 +442,13 @@ mod tests {
     fn options_are_checked_with_messages_that_say_what_to_fix() {
         let table = TableDef::append_only(1, "s", Vec::new(), String::new());
         let def = |pairs: &[(&str, &str)]| ConnectorDef {
-            connector: "kafka".into(),
+            connector: crate::catalog::ConnectorKind::Kafka,
             options: pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            format: Some("plain".into()),
-            encode: Some("json".into()),
+            format: Some(Format::Plain),
+            encode: Some(Encoding::Json),
             encode_options: std::collections::BTreeMap::new(),
             include: Vec::new(),
             source: true,

@@ -590,7 +590,7 @@ impl Reader {
             return WriteOp::Upsert { rows };
         }
         let rows = rows.into_iter().filter_map(|r| r.row).collect();
-        match def.append_only {
+        match def.is_append_only() {
             true => WriteOp::Append { rows },
             false => WriteOp::InsertUnkeyed { rows },
         }

@@ -283,7 +283,7 @@ impl Operator for LookupJoin {
 /// filters (which then run on the fetched rows).
 fn point_lookup(lookup: &Lookup) -> Option<Vec<DataType>> {
     let table = &lookup.table;
-    if !table.def.is_keyed() || table.def.multiset || table.def.contents_in_log() {
+    if !table.def.is_keyed() || table.def.is_multiset() || table.def.contents_in_log() {
         return None;
     }
     let [Step::Columns(columns, _), rest @ ..] = lookup.steps.as_slice() else {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::compute::concat_batches;
 
-use crate::catalog::Table;
+use crate::catalog::{Storage, Table};
 use crate::dataflow::change::{Barrier, ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::read_count;
@@ -52,7 +52,7 @@ pub struct Materialize {
 /// A stored view row as the rows it stands for: a multiset view keeps one
 /// entry with a count, a keyed view the row itself.
 pub fn expand_row(table: &Table, value: &[u8], out: &mut Vec<Vec<u8>>) -> Result<()> {
-    if table.def.multiset {
+    if table.def.is_multiset() {
         let (count, row) = decode_counted(value)?;
         for _ in 0..count {
             out.push(row.to_vec());
@@ -81,7 +81,7 @@ impl Materialize {
     fn consolidate(&self, batch: &ChangeBatch) -> Result<Vec<(Vec<u8>, i64)>> {
         let rows = self.view.codec.encode_rows(batch.rows())?;
         let diffs = batch.diffs().values();
-        if self.view.def.log_only {
+        if self.view.def.storage == Storage::LogView {
             return Ok(rows
                 .iter()
                 .zip(diffs.iter())
@@ -210,12 +210,10 @@ impl Materialize {
         barrier: Barrier,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        if self.view.def.log_only {
-            self.check_additions(changes)?;
-        } else if self.view.def.multiset {
-            self.apply_multiset(changes, cx)?;
-        } else {
-            self.apply_keyed(changes, cx)?;
+        match self.view.def.storage {
+            Storage::LogView => self.check_additions(changes)?,
+            Storage::MultisetView => self.apply_multiset(changes, cx)?,
+            _ => self.apply_keyed(changes, cx)?,
         }
         self.append_changelog(changes, barrier, cx);
         Ok(())
@@ -271,12 +269,10 @@ impl Operator for Materialize {
     }
 
     fn describe(&self) -> String {
-        let mode = if self.view.def.log_only {
-            "changelog only"
-        } else if self.view.def.multiset {
-            "multiset"
-        } else {
-            "keyed"
+        let mode = match self.view.def.storage {
+            Storage::LogView => "changelog only",
+            Storage::MultisetView => "multiset",
+            _ => "keyed",
         };
         format!("view={} {mode}", self.view.def.name)
     }

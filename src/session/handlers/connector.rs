@@ -3,7 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{ColumnDef, ConnectorDef, Object, SinkDef, Table, TableDef};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+
+use crate::catalog::{
+    ColumnDef, ConnectorDef, ConnectorKind, Metadata, Object, SinkDef, Table, TableDef,
+};
 use crate::connector::{self, Status};
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
@@ -11,7 +15,7 @@ use crate::sql::parser::CreateSink;
 
 /// The metadata columns a connector's `INCLUDE` adds after the declared ones.
 pub fn include_columns(connector: &ConnectorDef, declared: &[ColumnDef]) -> Result<Vec<ColumnDef>> {
-    if !connector.include.is_empty() && connector.connector != "kafka" {
+    if !connector.include.is_empty() && connector.connector != ConnectorKind::Kafka {
         return Err(Error::InvalidParameter(format!(
             "INCLUDE reads Kafka message metadata; connector '{}' has none",
             connector.connector
@@ -27,15 +31,11 @@ pub fn include_columns(connector: &ConnectorDef, declared: &[ColumnDef]) -> Resu
             return Err(Error::DuplicateColumn(include.column.clone()));
         }
         let (data_type, sql_type) = match include.what {
-            crate::catalog::Metadata::Key => ("Binary".to_string(), "bytea"),
-            crate::catalog::Metadata::Partition => ("Int32".to_string(), "integer"),
-            crate::catalog::Metadata::Offset => ("Int64".to_string(), "bigint"),
-            crate::catalog::Metadata::Timestamp => (
-                datafusion::arrow::datatypes::DataType::Timestamp(
-                    datafusion::arrow::datatypes::TimeUnit::Microsecond,
-                    None,
-                )
-                .to_string(),
+            Metadata::Key => (DataType::Binary, "bytea"),
+            Metadata::Partition => (DataType::Int32, "integer"),
+            Metadata::Offset => (DataType::Int64, "bigint"),
+            Metadata::Timestamp => (
+                DataType::Timestamp(TimeUnit::Microsecond, None),
                 "timestamp without time zone",
             ),
         };
@@ -56,7 +56,7 @@ pub async fn check_source(def: &TableDef) -> Result<()> {
         return Ok(());
     };
     connector::check_source(connector, def)?;
-    if connector.connector == "kafka" {
+    if connector.connector == ConnectorKind::Kafka {
         connector::kafka::probe(connector).await?;
     }
     Ok(())
@@ -99,7 +99,7 @@ pub async fn create_sink(
 fn relation(engine: &Arc<Engine>, name: &str) -> Result<(Arc<Table>, bool)> {
     match engine.catalog.get(name) {
         Some(Object::Table(table)) => {
-            let append_only = table.def.append_only;
+            let append_only = table.def.is_append_only();
             Ok((table, append_only))
         }
         Some(Object::MaterializedView(view)) => Ok((view.table.clone(), view.def.append_only)),

@@ -11,7 +11,9 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
-use crate::catalog::{ColumnDef, Emit, Object, ObjectDef, OnError, Table, TableDef, View, ViewDef};
+use crate::catalog::{
+    ColumnDef, Emit, Object, ObjectDef, OnError, Storage, Table, TableDef, View, ViewDef,
+};
 use crate::dataflow::graph::Dataflow;
 use crate::error::{Error, Result};
 use crate::log::writer::log_end;
@@ -128,15 +130,12 @@ pub async fn create_logical(
         name: create.name.clone(),
         columns: columns(&plan)?,
         primary_key: Vec::new(),
-        append_only: false,
+        storage: Storage::Rows,
         watermark: None,
         partitions: 1,
         definition: create.text.clone(),
-        is_view: false,
-        multiset: false,
         watermarked: false,
         connector: None,
-        log_only: false,
         retention: None,
     };
     engine
@@ -308,21 +307,22 @@ fn contents(
     plan: &LogicalPlan,
     shape: &ViewShape,
 ) -> Result<TableDef> {
-    let key = shape.key.clone();
+    let storage = match (shape.log_only, &shape.key) {
+        (true, _) => Storage::LogView,
+        (false, None) => Storage::MultisetView,
+        (false, Some(_)) => Storage::KeyedView,
+    };
     Ok(TableDef {
         id,
         name: create.name.clone(),
         columns: columns(plan)?,
-        multiset: key.is_none(),
-        primary_key: key.unwrap_or_default(),
-        append_only: false,
+        primary_key: shape.key.clone().unwrap_or_default(),
+        storage,
         watermark: None,
         partitions: 1,
         definition: create.text.clone(),
-        is_view: true,
         watermarked: shape.watermarked,
         connector: None,
-        log_only: shape.log_only,
         retention: None,
     })
 }
@@ -352,7 +352,7 @@ fn columns(plan: &LogicalPlan) -> Result<Vec<ColumnDef>> {
             }
             Ok(ColumnDef {
                 name,
-                data_type: field.data_type().to_string(),
+                data_type: field.data_type().clone(),
                 sql_type: crate::sql::pg_catalog::pg_type_name(field.data_type())
                     .unwrap_or_else(|| field.data_type().to_string().to_lowercase()),
                 nullable: true,

@@ -3,12 +3,15 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::common::Constraint;
 use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, LogicalPlan};
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
-use crate::catalog::{ColumnDef, Object, ObjectDef, ObjectKind, TableDef, WatermarkDef};
+use crate::catalog::{
+    ColumnDef, ConnectorKind, Object, ObjectDef, ObjectKind, Storage, TableDef, WatermarkDef,
+};
 use crate::dataflow::runtime::Retention;
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
@@ -60,16 +63,16 @@ pub async fn create_table(
         name: create.name.clone(),
         columns,
         primary_key,
-        append_only: create.append_only,
+        storage: match create.append_only {
+            true => Storage::AppendOnly,
+            false => Storage::Rows,
+        },
         watermark,
         partitions: engine.config.default_partitions,
         // Shown by SHOW CREATE and pg_catalog: no secret may be in it.
         definition: crate::catalog::redacted(&create.text),
-        is_view: false,
-        multiset: false,
         watermarked: false,
         connector: create.connector.clone(),
-        log_only: false,
         retention,
     };
     super::connector::check_source(&def).await?;
@@ -180,7 +183,7 @@ fn with_generated_columns(create: CreateTable) -> Result<CreateTable> {
     if !parsed.columns.is_empty() {
         return Ok(create);
     }
-    if connector.connector == "kafka" {
+    if connector.connector == ConnectorKind::Kafka {
         return Err(Error::Syntax(
             "a Kafka source declares its columns: CREATE SOURCE name (column type, ...) WITH (...)"
                 .into(),
@@ -242,7 +245,7 @@ fn column_defs(parsed: &ast::CreateTable, plan: &CreateMemoryTable) -> Vec<Colum
         .zip(schema.fields())
         .map(|(column, field)| ColumnDef {
             name: field.name().clone(),
-            data_type: field.data_type().to_string(),
+            data_type: field.data_type().clone(),
             sql_type: crate::sql::pg_catalog::pg_type_name(field.data_type())
                 .unwrap_or_else(|| column.data_type.to_string().to_lowercase()),
             nullable: field.is_nullable(),
@@ -309,24 +312,17 @@ fn watermark(create: &CreateTable, columns: &[ColumnDef]) -> Result<Option<Water
             "column \"{column}\" named in WATERMARK FOR does not exist"
         )));
     };
-    if !def.data_type.starts_with("Timestamp") && def.data_type != "Date32" {
+    if !matches!(def.data_type, DataType::Timestamp(..) | DataType::Date32) {
         return Err(Error::WrongObjectType(format!(
             "WATERMARK FOR needs a timestamp column; \"{column}\" is {}",
             def.sql_type
         )));
     }
-    let fields = columns
+    let fields: Vec<Field> = columns
         .iter()
-        .map(|c| {
-            let data_type = c.data_type.parse().map_err(|e| {
-                Error::Internal(format!("stored type {} unreadable: {e}", c.data_type))
-            })?;
-            Ok(datafusion::arrow::datatypes::Field::new(
-                &c.name, data_type, true,
-            ))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        .map(|c| Field::new(&c.name, c.data_type.clone(), true))
+        .collect();
+    let schema = Arc::new(Schema::new(fields));
     crate::catalog::watermark_expr(&schema, expr)?;
     Ok(Some(WatermarkDef {
         column: column.clone(),

@@ -67,7 +67,7 @@ fn sinks(engine: &Arc<Engine>) -> Result<Output> {
             vec![
                 Some(sink.name.clone()),
                 from,
-                Some(sink.connector.connector.clone()),
+                Some(sink.connector.connector.to_string()),
                 Some(super::connector::status(engine, sink.id)),
             ]
         })
@@ -106,7 +106,7 @@ pub fn objects(engine: &Arc<Engine>, kind: ObjectKind) -> Result<Output> {
                         .def
                         .connector
                         .as_ref()
-                        .map(|c| c.connector.clone());
+                        .map(|c| c.connector.to_string());
                     let status = super::connector::status(engine, o.id());
                     vec![name, connector, Some(status)]
                 }
@@ -183,12 +183,12 @@ pub fn describe(engine: &Arc<Engine>, name: &str) -> Result<Output> {
     if let Some(connector) = &table.def.connector {
         rows.push(vec![
             Some("connector".into()),
-            Some(connector.connector.clone()),
+            Some(connector.connector.to_string()),
             None,
             None,
         ]);
     }
-    if table.def.append_only {
+    if table.def.is_append_only() {
         rows.push(vec![
             Some("append only".into()),
             Some("true".into()),

@@ -307,7 +307,7 @@ pub fn create_subscription(
         from: table.def.id,
         retention,
     })?;
-    if table.def.is_view {
+    if table.def.is_view() {
         let partitions = table.def.partitions.max(1);
         let fold = crate::dataflow::runtime::Retention::fold(retention, partitions);
         engine.runtime.retain(table.def.id, fold)?;

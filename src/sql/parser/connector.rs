@@ -10,7 +10,7 @@ use sqlparser::tokenizer::{Token, TokenWithSpan};
 
 use super::cursor::with_options;
 use super::{CreateTable, Statement, expect_end, is_space, is_word, object_name, text_of};
-use crate::catalog::{ConnectorDef, Include, Metadata};
+use crate::catalog::{ConnectorDef, ConnectorKind, Encoding, Format, Include, Metadata};
 use crate::error::{Error, Result};
 
 /// `CREATE SINK [IF NOT EXISTS] name FROM relation WITH (...) [FORMAT f ENCODE e [(...)]]`.
@@ -201,10 +201,10 @@ fn connector_def(clause: Clause) -> Result<ConnectorDef> {
         Error::Syntax("WITH (...) needs connector = 'kafka' (or 'nexmark', 'datagen')".into())
     })?;
     Ok(ConnectorDef {
-        connector: connector.to_lowercase(),
+        connector: ConnectorKind::from(connector.to_lowercase()),
         options,
-        format: clause.format,
-        encode: clause.encode,
+        format: clause.format.map(Format::from),
+        encode: clause.encode.map(Encoding::from),
         encode_options: clause.encode_options.into_iter().collect(),
         include: clause.include,
         source: false,
@@ -235,14 +235,14 @@ mod tests {
         assert!(create.watermark.is_some());
         let connector = create.connector.expect("a connector");
         assert!(connector.source);
-        assert_eq!(connector.connector, "kafka");
+        assert_eq!(connector.connector, ConnectorKind::Kafka);
         assert_eq!(connector.option("topic"), Some("bids"));
         assert_eq!(
             connector.option("properties.bootstrap.server"),
             Some("127.0.0.1:9092")
         );
-        assert_eq!(connector.format.as_deref(), Some("plain"));
-        assert_eq!(connector.encode.as_deref(), Some("json"));
+        assert_eq!(connector.format, Some(Format::Plain));
+        assert_eq!(connector.encode, Some(Encoding::Json));
         assert_eq!(connector.include.len(), 2);
         assert_eq!(connector.include[0].column, "k");
         assert_eq!(connector.include[1].column, "_kafka_offset");

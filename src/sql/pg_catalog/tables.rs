@@ -711,7 +711,7 @@ fn reloptions(object: &Object) -> Vec<String> {
             options.push(format!("encode={encode}"));
         }
     }
-    if def.append_only && !def.is_view {
+    if def.is_append_only() {
         options.push("append_only=true".into());
     }
     if let Some(watermark) = &def.watermark {
