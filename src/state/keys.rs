@@ -123,6 +123,12 @@ fn dataflow_key(view: u64, tag: &[u8], index: usize) -> Vec<u8> {
     key
 }
 
+/// Where a sink keeps the last epoch Kafka acknowledged in full
+/// (`state` family): the sink's id, then `epoch`.
+pub fn sink_epoch_key(sink: u64) -> Vec<u8> {
+    [table_prefix(sink).as_slice(), b"epoch"].concat()
+}
+
 /// A key's hash, stable across runs and versions, for choosing a partition.
 pub fn partition_of(key: &[u8], partitions: u32) -> u32 {
     // FNV-1a: tiny, and unlike std's hasher its output is fixed forever.

@@ -23,11 +23,6 @@ use crate::dataflow::subscribe::{Options, Pace, Subscription};
 use crate::error::{Error, Result};
 use crate::state::{CF_STATE, cf, keys};
 
-/// Where a sink keeps the last epoch Kafka acknowledged in full.
-fn sink_epoch_key(sink: u64) -> Vec<u8> {
-    [keys::table_prefix(sink).as_slice(), b"epoch"].concat()
-}
-
 /// The last message of each partition: its epoch and place in that epoch.
 type Tails = HashMap<i32, (u64, u64)>;
 
@@ -90,7 +85,7 @@ pub async fn sink(
     let partitions = partitions(&reader, &options.client.topic).await?;
     let tails = tails(&reader, &options.client.topic, &partitions).await?;
     let db = node.store.db();
-    let resume = crate::state::read_u64(db, &sink_epoch_key(def.id))?;
+    let resume = crate::state::read_u64(db, &keys::sink_epoch_key(def.id))?;
     let opened = match resume {
         None => first.lock().take(),
         Some(_) => None,
@@ -245,7 +240,7 @@ impl SinkWriter {
         let db = self.node.store.db();
         db.put_cf(
             cf(db, CF_STATE),
-            sink_epoch_key(self.id),
+            keys::sink_epoch_key(self.id),
             epoch.to_be_bytes(),
         )
         .map_err(|e| Failure::Transient(e.to_string()))?;
