@@ -14,6 +14,12 @@ use sqlparser::ast::{
     TableWithJoins, Visit, VisitMut, VisitorMut, visit_expressions,
 };
 
+/// The most joins of one chain nested in derived tables.
+const MAX_NESTED: usize = 24;
+
+/// The alias of each derived table this nesting makes.
+const NESTED_PREFIX: &str = "__weir_joined_";
+
 /// Nest every chain of NATURAL or USING joins in `node`.
 pub fn nest<V: VisitMut>(node: &mut V) {
     let _ = node.visit(&mut Nesting);
@@ -50,6 +56,12 @@ fn nest_select(select: &mut Select, outside: &HashSet<String>) {
     named.extend(qualifiers(&select.having));
     for (n, from) in select.from.iter_mut().enumerate() {
         while let Some(at) = next_merging_join(from) {
+            // Each nesting is a level of recursion for every later stage
+            // (planning, display); past this many, the chain is left as
+            // written and an unqualified column is refused as ambiguous.
+            if nested_depth(&from.relation) >= MAX_NESTED {
+                break;
+            }
             let inner = &from.joins[..at];
             let mut tables: Vec<String> = vec![name_of(&from.relation)];
             tables.extend(inner.iter().map(|j| name_of(&j.relation)));
@@ -60,9 +72,30 @@ fn nest_select(select: &mut Select, outside: &HashSet<String>) {
             {
                 break;
             }
-            nest_joins(from, at, n);
+            if !nest_joins(from, at, n) {
+                break;
+            }
         }
     }
+}
+
+/// How many of the derived tables this nesting makes `relation` sits in.
+fn nested_depth(relation: &TableFactor) -> usize {
+    let mut depth = 0;
+    let mut current = relation;
+    while let TableFactor::Derived {
+        subquery,
+        alias: Some(alias),
+        ..
+    } = current
+        && alias.name.value.starts_with(NESTED_PREFIX)
+        && let SetExpr::Select(select) = subquery.body.as_ref()
+        && let [from] = select.from.as_slice()
+    {
+        depth += 1;
+        current = &from.relation;
+    }
+    depth
 }
 
 /// The first join after the first that merges columns (NATURAL, USING).
@@ -76,14 +109,19 @@ fn next_merging_join(from: &TableWithJoins) -> Option<usize> {
 }
 
 /// `from`'s relation and its first `at` joins, as one derived table.
-fn nest_joins(from: &mut TableWithJoins, at: usize, n: usize) {
-    let inner = TableWithJoins {
+fn nest_joins(from: &mut TableWithJoins, at: usize, n: usize) -> bool {
+    // The joins go into a `SELECT *` as they are, not through their text:
+    // a long chain nests deeper than the parser would read back.
+    let Ok(mut subquery) = super::parse_query("SELECT * FROM nested") else {
+        return false;
+    };
+    let SetExpr::Select(select) = subquery.body.as_mut() else {
+        return false;
+    };
+    select.from = vec![TableWithJoins {
         relation: from.relation.clone(),
         joins: from.joins[..at].to_vec(),
-    };
-    let Ok(subquery) = super::parse_query(&format!("SELECT * FROM {inner}")) else {
-        return;
-    };
+    }];
     from.joins.drain(..at);
     from.relation = TableFactor::Derived {
         lateral: false,
@@ -91,11 +129,12 @@ fn nest_joins(from: &mut TableWithJoins, at: usize, n: usize) {
         alias: Some(TableAlias {
             explicit: true,
             at: None,
-            name: Ident::new(format!("__weir_joined_{n}_{at}")),
+            name: Ident::new(format!("{NESTED_PREFIX}{n}_{at}")),
             columns: Vec::new(),
         }),
         sample: None,
     };
+    true
 }
 
 fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
@@ -180,5 +219,18 @@ mod tests {
         ] {
             assert_eq!(nested(sql), sql, "{sql}");
         }
+    }
+
+    #[test]
+    fn a_long_chain_is_nested_to_a_bounded_depth() {
+        let mut sql = String::from("SELECT count(*) FROM t");
+        for i in 1..=100 {
+            sql.push_str(&format!(" FULL JOIN t t{i} USING (v)"));
+        }
+        let text = nested(&sql);
+        assert_eq!(
+            text.matches("AS __weir_joined_0_1").count(),
+            super::MAX_NESTED
+        );
     }
 }
