@@ -7,6 +7,7 @@ pub mod functions;
 pub mod keyaccess;
 pub mod lookup;
 pub mod parser;
+pub mod percentile;
 pub mod pg_catalog;
 pub mod plan;
 pub mod provider;

@@ -1142,12 +1142,6 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|a| self.expr(a, schema))
             .collect::<Result<Vec<_>>>()?;
-        let function = AggregateExprBuilder::new(func.clone(), args)
-            .schema(Arc::new(schema.as_arrow().clone()))
-            .alias(func.name())
-            .with_distinct(params.distinct)
-            .build()?;
-        function.create_accumulator()?;
         let filter = params
             .filter
             .as_ref()
@@ -1167,6 +1161,18 @@ impl<'a> Planner<'a> {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut builder = AggregateExprBuilder::new(func.clone(), args)
+            .schema(Arc::new(schema.as_arrow().clone()))
+            .alias(func.name())
+            .with_distinct(params.distinct);
+        // A WITHIN GROUP aggregate reads its direction from the ordering
+        // (percentile_disc ... ORDER BY x DESC); other ordered aggregates
+        // get their rows sorted instead, so their accumulators stay plain.
+        if func.inner().supports_within_group_clause() {
+            builder = builder.order_by(order.clone());
+        }
+        let function = builder.build()?;
+        function.create_accumulator()?;
         Ok(Recomputed {
             function: Arc::new(function),
             filter,

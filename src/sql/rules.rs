@@ -36,6 +36,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(ScalarUDF::new_from_impl(IntervalKey::default()));
     ctx.register_udf(super::text::text_out().as_ref().clone());
     ctx.register_udf(crate::dataflow::asof::marker());
+    ctx.register_udaf(super::percentile::percentile_disc());
     ctx.add_analyzer_rule(Arc::new(PostgresSemantics));
 }
 

@@ -1,0 +1,151 @@
+//! `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: PostgreSQL's discrete
+//! percentile, the first value in the ordering whose position reaches the
+//! fraction `f` of the rows. DataFusion has only the continuous one; this
+//! one works on any ordered type (numbers, text, times), as PostgreSQL's.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, ArrayRef, ListArray, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, Field, FieldRef, Schema};
+use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue, exec_err, plan_err};
+use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
+use datafusion::logical_expr::{
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Signature, Volatility,
+};
+
+/// The aggregate, to register on a context.
+pub fn percentile_disc() -> AggregateUDF {
+    AggregateUDF::new_from_impl(PercentileDisc {
+        signature: Signature::any(2, Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PercentileDisc {
+    signature: Signature,
+}
+
+impl AggregateUDFImpl for PercentileDisc {
+    fn name(&self) -> &str {
+        "percentile_disc"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(arg_types[0].clone())
+    }
+
+    fn state_fields(&self, args: StateFieldsArgs) -> DfResult<Vec<FieldRef>> {
+        let item = Field::new_list_field(args.input_fields[0].data_type().clone(), true);
+        Ok(vec![Arc::new(Field::new(
+            format!("{}[values]", args.name),
+            DataType::List(Arc::new(item)),
+            true,
+        ))])
+    }
+
+    fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
+        let fraction = match args.exprs.get(1).map(|e| e.evaluate(&empty_batch())) {
+            Some(Ok(ColumnarValue::Scalar(value))) => fraction_of(&value)?,
+            _ => {
+                return plan_err!(
+                    "percentile_disc takes a constant fraction, like percentile_disc(0.5)"
+                );
+            }
+        };
+        let descending = args.order_bys.first().is_some_and(|s| s.options.descending);
+        Ok(Box::new(Values {
+            data_type: args.return_field.data_type().clone(),
+            fraction,
+            descending,
+            values: Vec::new(),
+        }))
+    }
+
+    fn supports_within_group_clause(&self) -> bool {
+        true
+    }
+}
+
+fn empty_batch() -> RecordBatch {
+    RecordBatch::new_empty(Arc::new(Schema::empty()))
+}
+
+/// The fraction as a number in [0, 1], as PostgreSQL checks it.
+fn fraction_of(value: &ScalarValue) -> DfResult<f64> {
+    let fraction = match value.cast_to(&DataType::Float64)? {
+        ScalarValue::Float64(Some(f)) => f,
+        _ => return plan_err!("percentile_disc needs a fraction, not NULL"),
+    };
+    if !(0.0..=1.0).contains(&fraction) {
+        let error = crate::error::Error::OutOfRange(format!(
+            "percentile value {fraction} is not between 0 and 1"
+        ));
+        return Err(DataFusionError::External(Box::new(error)));
+    }
+    Ok(fraction)
+}
+
+/// Every non-null value of the group, ordered when the result is asked for.
+#[derive(Debug)]
+struct Values {
+    data_type: DataType,
+    fraction: f64,
+    descending: bool,
+    values: Vec<ScalarValue>,
+}
+
+impl Values {
+    fn add(&mut self, array: &ArrayRef) -> DfResult<()> {
+        for row in 0..array.len() {
+            if array.is_valid(row) {
+                self.values.push(ScalarValue::try_from_array(array, row)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Accumulator for Values {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> DfResult<()> {
+        self.add(&values[0])
+    }
+
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> DfResult<()> {
+        let Some(lists) = states[0].as_any().downcast_ref::<ListArray>() else {
+            return exec_err!("percentile_disc state is not a list");
+        };
+        for list in lists.iter().flatten() {
+            self.add(&list)?;
+        }
+        Ok(())
+    }
+
+    fn state(&mut self) -> DfResult<Vec<ScalarValue>> {
+        let list = ScalarValue::new_list_nullable(&self.values, &self.data_type);
+        Ok(vec![ScalarValue::List(list)])
+    }
+
+    fn evaluate(&mut self) -> DfResult<ScalarValue> {
+        if self.values.is_empty() {
+            return ScalarValue::try_from(&self.data_type);
+        }
+        self.values
+            .sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        if self.descending {
+            self.values.reverse();
+        }
+        // The first value whose cumulative share of the rows reaches the
+        // fraction: position ceil(f * n), counted from 1.
+        let n = self.values.len();
+        let position = (self.fraction * n as f64).ceil() as usize;
+        Ok(self.values[position.clamp(1, n) - 1].clone())
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of_val(self) + self.values.iter().map(ScalarValue::size).sum::<usize>()
+    }
+}
