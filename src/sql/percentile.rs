@@ -1,7 +1,10 @@
-//! `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: PostgreSQL's discrete
-//! percentile, the first value in the ordering whose position reaches the
-//! fraction `f` of the rows. DataFusion has only the continuous one; this
-//! one works on any ordered type (numbers, text, times), as PostgreSQL's.
+//! PostgreSQL's ordered-set aggregates DataFusion lacks, on any ordered type
+//! (numbers, text, times):
+//! - `percentile_disc(f) WITHIN GROUP (ORDER BY x)`: the first value in the
+//!   ordering whose position reaches the fraction `f` of the rows
+//!   (DataFusion has only the continuous one);
+//! - `mode() WITHIN GROUP (ORDER BY x)`: the most frequent value, the first
+//!   in the ordering among equally frequent ones.
 
 use std::sync::Arc;
 
@@ -13,21 +16,38 @@ use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Signature, Volatility,
 };
 
-/// The aggregate, to register on a context.
+/// `percentile_disc`, to register on a context.
 pub fn percentile_disc() -> AggregateUDF {
-    AggregateUDF::new_from_impl(PercentileDisc {
+    AggregateUDF::new_from_impl(OrderedSet {
+        name: "percentile_disc",
         signature: Signature::any(2, Volatility::Immutable),
     })
 }
 
+/// `mode`, to register on a context.
+pub fn mode() -> AggregateUDF {
+    AggregateUDF::new_from_impl(OrderedSet {
+        name: "mode",
+        signature: Signature::any(1, Volatility::Immutable),
+    })
+}
+
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct PercentileDisc {
+struct OrderedSet {
+    name: &'static str,
     signature: Signature,
 }
 
-impl AggregateUDFImpl for PercentileDisc {
+/// Which value of the ordered group the aggregate answers.
+#[derive(Debug, Clone, Copy)]
+enum Pick {
+    Percentile(f64),
+    Mode,
+}
+
+impl AggregateUDFImpl for OrderedSet {
     fn name(&self) -> &str {
-        "percentile_disc"
+        self.name
     }
 
     fn signature(&self) -> &Signature {
@@ -48,18 +68,22 @@ impl AggregateUDFImpl for PercentileDisc {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> DfResult<Box<dyn Accumulator>> {
-        let fraction = match args.exprs.get(1).map(|e| e.evaluate(&empty_batch())) {
-            Some(Ok(ColumnarValue::Scalar(value))) => fraction_of(&value)?,
-            _ => {
-                return plan_err!(
-                    "percentile_disc takes a constant fraction, like percentile_disc(0.5)"
-                );
+        let pick = if self.name == "mode" {
+            Pick::Mode
+        } else {
+            match args.exprs.get(1).map(|e| e.evaluate(&empty_batch())) {
+                Some(Ok(ColumnarValue::Scalar(value))) => Pick::Percentile(fraction_of(&value)?),
+                _ => {
+                    return plan_err!(
+                        "percentile_disc takes a constant fraction, like percentile_disc(0.5)"
+                    );
+                }
             }
         };
         let descending = args.order_bys.first().is_some_and(|s| s.options.descending);
         Ok(Box::new(Values {
             data_type: args.return_field.data_type().clone(),
-            fraction,
+            pick,
             descending,
             values: Vec::new(),
         }))
@@ -93,7 +117,7 @@ fn fraction_of(value: &ScalarValue) -> DfResult<f64> {
 #[derive(Debug)]
 struct Values {
     data_type: DataType,
-    fraction: f64,
+    pick: Pick,
     descending: bool,
     values: Vec<ScalarValue>,
 }
@@ -138,14 +162,71 @@ impl Accumulator for Values {
         if self.descending {
             self.values.reverse();
         }
-        // The first value whose cumulative share of the rows reaches the
-        // fraction: position ceil(f * n), counted from 1.
-        let n = self.values.len();
-        let position = (self.fraction * n as f64).ceil() as usize;
-        Ok(self.values[position.clamp(1, n) - 1].clone())
+        match self.pick {
+            Pick::Percentile(fraction) => Ok(percentile(&self.values, fraction)),
+            Pick::Mode => Ok(most_frequent(&self.values)),
+        }
     }
 
     fn size(&self) -> usize {
         std::mem::size_of_val(self) + self.values.iter().map(ScalarValue::size).sum::<usize>()
+    }
+}
+
+/// The first value whose cumulative share of the sorted, non-empty rows
+/// reaches the fraction: position ceil(f * n), counted from 1.
+fn percentile(sorted: &[ScalarValue], fraction: f64) -> ScalarValue {
+    let n = sorted.len();
+    let position = (fraction * n as f64).ceil() as usize;
+    sorted[position.clamp(1, n) - 1].clone()
+}
+
+/// The value of the longest run of equal ones in the sorted, non-empty
+/// rows; the first such run wins a tie.
+fn most_frequent(sorted: &[ScalarValue]) -> ScalarValue {
+    let mut best = (0, 0);
+    let mut start = 0;
+    for i in 1..=sorted.len() {
+        if i == sorted.len() || sorted[i] != sorted[start] {
+            if i - start > best.1 {
+                best = (start, i - start);
+            }
+            start = i;
+        }
+    }
+    sorted[best.0].clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(values: &[i32]) -> Vec<ScalarValue> {
+        values
+            .iter()
+            .map(|v| ScalarValue::Int32(Some(*v)))
+            .collect()
+    }
+
+    #[test]
+    fn percentile_takes_the_first_value_reaching_the_fraction() {
+        let sorted = ints(&[10, 20, 30, 40]);
+        assert_eq!(percentile(&sorted, 0.5), ScalarValue::Int32(Some(20)));
+        assert_eq!(percentile(&sorted, 0.51), ScalarValue::Int32(Some(30)));
+        assert_eq!(percentile(&sorted, 0.0), ScalarValue::Int32(Some(10)));
+        assert_eq!(percentile(&sorted, 1.0), ScalarValue::Int32(Some(40)));
+    }
+
+    #[test]
+    fn mode_takes_the_longest_run_and_the_first_on_a_tie() {
+        assert_eq!(
+            most_frequent(&ints(&[1, 2, 2, 3, 3])),
+            ScalarValue::Int32(Some(2))
+        );
+        assert_eq!(
+            most_frequent(&ints(&[1, 3, 3, 3])),
+            ScalarValue::Int32(Some(3))
+        );
+        assert_eq!(most_frequent(&ints(&[7])), ScalarValue::Int32(Some(7)));
     }
 }

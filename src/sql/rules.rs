@@ -37,6 +37,7 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(super::text::text_out().as_ref().clone());
     ctx.register_udf(crate::dataflow::asof::marker());
     ctx.register_udaf(super::percentile::percentile_disc());
+    ctx.register_udaf(super::percentile::mode());
     ctx.add_analyzer_rule(Arc::new(PostgresSemantics));
 }
 
