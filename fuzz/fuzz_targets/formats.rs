@@ -9,7 +9,7 @@
 #[path = "../shim.rs"]
 mod error;
 
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 #[path = "../../src/connector/format/mod.rs"]
 mod format;
 
