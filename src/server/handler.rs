@@ -920,7 +920,7 @@ fn parameters(
         let (Some(bytes), Some(Some(target))) = (value, types.get(i)) else {
             continue;
         };
-        if portal.parameter_format.is_binary(i) || !wire::reads_as_datetime(target) {
+        if portal.parameter_format.is_binary(i) || !wire::is_datetime(target) {
             continue;
         }
         let text = std::str::from_utf8(bytes).map_err(|_| {

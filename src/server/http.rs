@@ -128,10 +128,11 @@ fn metrics(engine: &Engine) -> String {
     out.push_str(&format!(
         "# HELP weir_view_errors_total Rows a view's expression failed on (see the view_errors table).\n# TYPE weir_view_errors_total counter\nweir_view_errors_total {errors}\n"
     ));
-    let (streams, tables) = engine.counts();
+    let streams = engine.streams().running();
     out.push_str(&format!(
         "# HELP weir_change_streams COPY change streams running.\n# TYPE weir_change_streams gauge\nweir_change_streams {streams}\n"
     ));
+    let tables = engine.object_count();
     out.push_str(&format!(
         "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"
     ));

@@ -418,16 +418,7 @@ mod tests {
 
     use super::*;
 
-    /// The Arrow type `CREATE TABLE` gives a TIMESTAMP column.
-    const TIMESTAMP: DataType = DataType::Timestamp(TimeUnit::Nanosecond, None);
-
-    fn schema(columns: &[(&str, DataType)]) -> SchemaRef {
-        let fields: Vec<Field> = columns
-            .iter()
-            .map(|(name, data_type)| Field::new(*name, data_type.clone(), true))
-            .collect();
-        Arc::new(Schema::new(fields))
-    }
+    use crate::connector::format::test_schema::{TIMESTAMP, schema};
 
     fn decode(schema: &SchemaRef, encode: Encode, csv: CsvOptions, payloads: &[&str]) -> Decoded {
         let mut decoder = Decoder::new(schema.clone(), encode, csv).expect("a readable schema");

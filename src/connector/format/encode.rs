@@ -289,20 +289,11 @@ mod tests {
     use datafusion::arrow::array::{
         Decimal128Array, Float64Array, Int64Array, StringArray, TimestampNanosecondArray,
     };
-    use datafusion::arrow::datatypes::{DataType, Schema, TimeUnit};
+    use datafusion::arrow::datatypes::DataType;
 
     use super::*;
 
-    /// The Arrow type `CREATE TABLE` gives a TIMESTAMP column.
-    const TIMESTAMP: DataType = DataType::Timestamp(TimeUnit::Nanosecond, None);
-
-    fn schema(columns: &[(&str, DataType)]) -> SchemaRef {
-        let fields: Vec<Field> = columns
-            .iter()
-            .map(|(name, data_type)| Field::new(*name, data_type.clone(), true))
-            .collect();
-        Arc::new(Schema::new(fields))
-    }
+    use crate::connector::format::test_schema::{TIMESTAMP, schema};
 
     fn view() -> SchemaRef {
         schema(&[("id", DataType::Int64), ("name", DataType::Utf8)])

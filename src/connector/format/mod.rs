@@ -22,6 +22,25 @@ mod keys;
 pub use decode::{CsvOptions, Decoded, Decoder, Encode};
 pub use encode::{Encoder, Message, SinkFormat};
 
+/// The schemas the decoder's and the encoder's tests build.
+#[cfg(test)]
+mod test_schema {
+    use std::sync::Arc;
+
+    use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+    /// The Arrow type `CREATE TABLE` gives a TIMESTAMP column.
+    pub const TIMESTAMP: DataType = DataType::Timestamp(TimeUnit::Nanosecond, None);
+
+    pub fn schema(columns: &[(&str, DataType)]) -> SchemaRef {
+        let fields: Vec<Field> = columns
+            .iter()
+            .map(|(name, data_type)| Field::new(*name, data_type.clone(), true))
+            .collect();
+        Arc::new(Schema::new(fields))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,6 +18,7 @@ use std::ops::ControlFlow;
 use sqlparser::ast::{
     Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectNamePart, OrderByKind,
     Query, SelectItem, SetExpr, TableAlias, TableFactor, Value, VisitMut, VisitorMut,
+    visit_expressions,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -120,7 +121,8 @@ impl VisitorMut for CatalogViews {
             .filter_map(|p| p.as_ident().map(|i| i.value.to_lowercase()))
             .collect();
         let view = match parts.as_slice() {
-            [table] | [_, table] if parts.len() == 1 || parts[0] == "pg_catalog" => table,
+            [table] => table,
+            [schema, table] if schema == "pg_catalog" => table,
             _ => return ControlFlow::Continue(()),
         };
         let Some(subquery) = catalog_view(view).and_then(parse_query) else {
@@ -592,10 +594,13 @@ fn reads_only_empty(query: &Query) -> bool {
         return false;
     };
     // A count over an empty table is 0, not NULL.
-    let counts = select
-        .projection
-        .iter()
-        .any(|item| item.to_string().to_ascii_lowercase().contains("count("));
+    let counts = visit_expressions(&select.projection, |expr| match expr {
+        Expr::Function(f) if f.name.to_string().eq_ignore_ascii_case("count") => {
+            ControlFlow::Break(())
+        }
+        _ => ControlFlow::Continue(()),
+    })
+    .is_break();
     !counts
         && matches!(select.from.as_slice(), [from] if from.joins.is_empty()
         && matches!(&from.relation, TableFactor::Table { name, .. }
