@@ -31,7 +31,9 @@ checked against the expected counts. The result is Markdown on stdout.
 
 Requirements: psycopg 3, confluent-kafka (`pip install confluent-kafka`), a
 weir build, and a Kafka broker: --bootstrap (or KAFKA_BOOTSTRAP), else one
-started with scripts/kafka-broker.sh for the run.
+started with scripts/kafka-broker.sh for the run. That broker is the tests'
+unoptimized build, so for figures to publish pass Apache Kafka's address
+(docker/compose.yml) with --bootstrap.
 
 Examples:
   python3 benches/kafka.py --weir-bin $HOME/.cache/weir-target-rel/release/weir

@@ -9,7 +9,11 @@
 set -euo pipefail
 
 version=0.8.1
-root=${WEIR_TOOLS:-$HOME/.cache/weir-tools}/nisshi-$version
+# Only the SQLite storage the tests use, unoptimized: the broker carries a few
+# test messages, and a fresh machine compiles it beside weir
+# (docs/operations.md, "What a cold build costs").
+features=libsql
+root=${WEIR_TOOLS:-$HOME/.cache/weir-tools}/nisshi-$version-$features-debug
 bin=$root/bin/nisshi
 ready_timeout=60
 
@@ -23,7 +27,7 @@ install() {
     # A source build of a few hundred crates: slow once, then cached under $root.
     echo "installing nisshi $version into $root" >&2
     cargo install nisshi --version "$version" --locked --ignore-rust-version \
-      --features dynostore,libsql --root "$root"
+      --no-default-features --features "$features" --debug --root "$root"
   fi
   echo "$bin"
 }
