@@ -22,6 +22,7 @@ mod depth;
 mod grant;
 mod precedence;
 mod role;
+mod setop;
 mod srf;
 mod using;
 
@@ -317,6 +318,7 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
             Ok(_) => Error::from(e),
         }
     })?;
+    setop::refuse_counted(&statements)?;
     fix_distinct_from(&mut statements);
     using::nest(&mut statements);
     srf::unnest(&mut statements);
@@ -548,6 +550,7 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     parser.expect_keyword(Keyword::AS)?;
     let mut query = parser.parse_query()?;
     expect_end(&parser)?;
+    setop::refuse_counted(&query)?;
     fix_distinct_from(&mut query);
     using::nest(query.as_mut());
     srf::unnest(query.as_mut());

@@ -352,11 +352,8 @@ impl<'a> Planner<'a> {
                 "NOT IN (subquery) over a column that may be NULL is not supported in materialized views yet; write NOT EXISTS, or add IS NOT NULL on both sides".into(),
             ));
         }
-        if j.null_equality == datafusion::common::NullEquality::NullEqualsNull {
-            return Err(Error::NotSupported(
-                "EXCEPT and INTERSECT are not supported in materialized views yet (they match NULL with NULL); write NOT EXISTS or EXISTS".into(),
-            ));
-        }
+        // EXCEPT and INTERSECT: a row matches a row with NULLs in the same places.
+        let nulls_equal = j.null_equality == datafusion::common::NullEquality::NullEqualsNull;
         if kept.schema().fields().is_empty() {
             return Err(Error::NotSupported(
                 "an IN, EXISTS or EXCEPT in a materialized view must keep at least one column of its query".into(),
@@ -396,7 +393,16 @@ impl<'a> Planner<'a> {
         let kept_node = self.node(kept)?;
         let other_node = self.node(other)?;
         let distinct = Aggregate::new(other_keys, key_types, Vec::new(), keys_schema.clone())?;
-        let distinct = self.push(Box::new(distinct), vec![other_node]);
+        let mut distinct = self.push(Box::new(distinct), vec![other_node]);
+        // A matched key may itself be NULL, so an anti join whose NULLs
+        // match tells unmatched rows by a marker column that never is.
+        let (keys_schema, marker) = if nulls_equal {
+            let (node, schema) = self.marked(distinct, &keys_schema)?;
+            distinct = node;
+            (schema, keys_schema.fields().len())
+        } else {
+            (keys_schema, 0)
+        };
         let kept_schema = arrow_schema(kept);
         let width = kept_schema.fields().len();
         let joined_fields: Vec<_> = kept_schema
@@ -417,17 +423,40 @@ impl<'a> Planner<'a> {
             keys: matches,
             schema: keys_schema,
         };
-        let op = Join::new(left, right, None, joined)?
+        let mut op = Join::new(left, right, None, joined)?
             .outer(anti, false)
             .appending(self.is_append_only(kept), false);
+        if nulls_equal {
+            op = op.nulls_equal();
+        }
         let mut node = self.push(Box::new(op), vec![kept_node, distinct]);
         if anti {
             let unmatched = datafusion::physical_expr::expressions::is_null(Arc::new(
-                PhysicalColumn::new("k0", width),
+                PhysicalColumn::new(&format!("k{marker}"), width + marker),
             ))?;
             node = self.push(Box::new(Filter::new(unmatched)), vec![node]);
         }
         Ok(self.project_columns(node, &kept_schema, 0..width, plan))
+    }
+
+    /// `node`'s rows (of schema `schema`) with one more column, never NULL.
+    fn marked(&mut self, node: usize, schema: &SchemaRef) -> Result<(usize, SchemaRef)> {
+        let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+        let marker = format!("k{}", fields.len());
+        fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+            &marker,
+            DataType::Boolean,
+            false,
+        )));
+        let marked: SchemaRef = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
+        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = (0..schema.fields().len())
+            .map(|i| {
+                Arc::new(PhysicalColumn::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>
+            })
+            .collect();
+        exprs.push(datafusion::physical_expr::expressions::lit(true));
+        let project = Project::new(exprs, marked.clone());
+        Ok((self.push(Box::new(project), vec![node]), marked))
     }
 
     /// The columns `at` of a node's output (of schema `from`), as `plan`'s.
@@ -600,7 +629,13 @@ impl<'a> Planner<'a> {
                 )));
             }
         };
+        let nulls_equal = j.null_equality == NullEquality::NullEqualsNull;
         if let Some(condition) = crate::dataflow::asof::Condition::of(j)? {
+            if nulls_equal {
+                return Err(Error::NotSupported(
+                    "an ASOF join on IS NOT DISTINCT FROM is not supported; join on =".into(),
+                ));
+            }
             return self.asof_join(j, condition, plan);
         }
         if j.on.is_empty() && self.lookup(&j.right)?.is_some() {
@@ -608,9 +643,9 @@ impl<'a> Planner<'a> {
                 "a lookup join in a materialized view needs an equality between the two sides, like ON a.k = b.k".into(),
             ));
         }
-        if j.null_equality == NullEquality::NullEqualsNull {
+        if nulls_equal && self.lookup(&j.right)?.is_some() {
             return Err(Error::NotSupported(
-                "joins on IS NOT DISTINCT FROM are not supported in materialized views yet".into(),
+                "a lookup join (FOR SYSTEM_TIME AS OF PROCTIME()) on IS NOT DISTINCT FROM is not supported; join on =".into(),
             ));
         }
         if self.lookup(&j.left)?.is_some() {
@@ -663,6 +698,9 @@ impl<'a> Planner<'a> {
         let mut op = Join::new(left, right, residual, arrow_schema(plan))?
             .outer(left_outer, right_outer)
             .appending(self.is_append_only(&j.left), self.is_append_only(&j.right));
+        if nulls_equal {
+            op = op.nulls_equal();
+        }
         // An outer join with a condition beyond its keys pads by the
         // condition, which its unbounded path alone evaluates.
         let outer = left_outer || right_outer;

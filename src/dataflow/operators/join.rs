@@ -119,6 +119,8 @@ pub struct Join {
     preserve: [bool; 2],
     /// An as-of join: each left row joins its closest right row only.
     asof: Option<Asof>,
+    /// Keys match when both are NULL (EXCEPT and INTERSECT compare rows so).
+    nulls_equal: bool,
 }
 
 /// What a join keeps of a side in memory at most; past it the join writes
@@ -210,6 +212,7 @@ impl Join {
             memory_limit: MEMORY,
             append_only: [false; 2],
             asof: None,
+            nulls_equal: false,
         })
     }
 
@@ -291,6 +294,12 @@ impl Join {
         self
     }
 
+    /// Match NULL keys with NULL keys, as `IS NOT DISTINCT FROM` does.
+    pub fn nulls_equal(mut self) -> Join {
+        self.nulls_equal = true;
+        self
+    }
+
     /// Note which sides' inputs never retract: such a side may keep more
     /// rows in memory, packed.
     pub fn appending(mut self, left: bool, right: bool) -> Join {
@@ -339,7 +348,8 @@ impl Join {
         cx.key(&suffix)
     }
 
-    /// The join keys of a batch's rows; `None` where a key column is NULL.
+    /// The join keys of a batch's rows, and which may match: not those
+    /// with a NULL key column, unless NULLs match each other.
     fn keys(
         &self,
         side: usize,
@@ -348,7 +358,7 @@ impl Join {
     ) -> Result<(Rows, Vec<bool>)> {
         let columns = evaluate_all(&self.sides[side].keys, rows, errors)?;
         let valid = (0..rows.num_rows())
-            .map(|i| columns.iter().all(|c| c.is_valid(i)))
+            .map(|i| self.nulls_equal || columns.iter().all(|c| c.is_valid(i)))
             .collect();
         Ok((self.key_rows.convert_columns(&columns)?, valid))
     }
