@@ -328,7 +328,15 @@ fn contents(
 }
 
 async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalPlan> {
-    let state = engine.state();
+    let mut state = engine.state();
+    // A view keeps `v > (SELECT max(v) FROM t)` as a join with the
+    // subquery's one row, which changes as `t` does; a query evaluates the
+    // subquery once instead.
+    state
+        .config_mut()
+        .options_mut()
+        .optimizer
+        .enable_physical_uncorrelated_scalar_subquery = false;
     let mut statement = ast::Statement::Query(Box::new(query.clone()));
     crate::sql::datetime::rewrite_interval_literals(&mut statement);
     let plan = state
