@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import decimal
 import glob
 import json
 import os
@@ -129,11 +130,22 @@ def make_record(words: list[str], block: list[str], where: str) -> Record | None
 
 
 def normal(line: str) -> str:
-    """An expected row with its spacing folded, in PostgreSQL's text form:
-    RisingWave prints a timestamptz's zero offset as `+00:00`, PostgreSQL
-    (and weir) as `+00`; the value is the same."""
+    """A row with its spacing folded, in PostgreSQL's text form: RisingWave
+    prints a timestamptz's zero offset as `+00:00`, PostgreSQL (and weir)
+    as `+00`; and a decimal's scale (`6221.50`) follows the type it was
+    computed in, so trailing zeros of a fraction are dropped on both sides.
+    Only the text changes, never the value."""
     line = re.sub(r"(\d\d:\d\d:\d\d(?:\.\d+)?)\+00:00\b", r"\1+00", line)
-    return " ".join(line.split())
+    return " ".join(fraction(token) for token in line.split())
+
+
+def fraction(token: str) -> str:
+    if re.fullmatch(r"-?\d+(\.\d+)?e[-+]\d+", token):
+        # PostgreSQL writes 9.99e-05 where RisingWave writes 0.0000999.
+        token = format(decimal.Decimal(token), "f")
+    if not re.fullmatch(r"-?\d+\.\d+", token):
+        return token
+    return token.rstrip("0").rstrip(".")
 
 
 def text(value: bytes | None) -> str:

@@ -307,5 +307,7 @@ fn session_context(
         ctx.deregister_udf(function.name());
         ctx.register_udf(function);
     }
+    ctx.deregister_udaf("percentile_cont");
+    ctx.register_udaf(crate::sql::percentile::percentile_cont());
     Ok(ctx)
 }

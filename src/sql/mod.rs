@@ -1,5 +1,6 @@
 //! Plans: parsing our dialect, planning through DataFusion, one handler per statement.
 
+pub mod approx_percentile;
 pub mod asof;
 pub mod colnames;
 pub mod datetime;
@@ -11,6 +12,7 @@ pub mod percentile;
 pub mod pg_catalog;
 pub mod plan;
 pub mod provider;
+pub mod rounding;
 pub mod rules;
 pub mod template;
 pub mod text;

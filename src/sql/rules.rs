@@ -9,6 +9,8 @@
 //! - A cast of a timestamp, time, interval or float to text gives the text
 //!   PostgreSQL gives (`2024-01-01 10:00:00+00`, `1`, `1 day 02:00:00`),
 //!   not Arrow's (`2024-01-01T10:00:00Z`, `1.0`).
+//! - A cast of a float or a numeric to an integer rounds as PostgreSQL's
+//!   does (`sql::rounding`); Arrow's truncates.
 //! - Intervals compare as PostgreSQL compares them: by their length with a
 //!   month of 30 days and a day of 24 hours (`interval_cmp_value`), so
 //!   `'24 hours' = '1 day'`. DataFusion compares their fields one by one.
@@ -35,9 +37,11 @@ pub fn register(ctx: &SessionContext) {
     ctx.register_udf(datetime::datetime_in().as_ref().clone());
     ctx.register_udf(ScalarUDF::new_from_impl(IntervalKey::default()));
     ctx.register_udf(super::text::text_out().as_ref().clone());
+    ctx.register_udf(super::rounding::round_for_cast().as_ref().clone());
     ctx.register_udf(crate::dataflow::asof::marker());
     ctx.register_udaf(super::percentile::percentile_disc());
     ctx.register_udaf(super::percentile::mode());
+    ctx.register_udaf(super::approx_percentile::approx_percentile());
     ctx.add_analyzer_rule(Arc::new(PostgresSemantics));
 }
 
@@ -93,6 +97,17 @@ fn rewrite(expr: Expr, schema: &DFSchema) -> datafusion::error::Result<Transform
         {
             let call = ScalarFunction::new_udf(super::text::text_out(), vec![*expr]);
             Ok(Transformed::yes(Expr::ScalarFunction(call)))
+        }
+        Expr::Cast(Cast { expr, field })
+            if expr
+                .get_type(schema)
+                .is_ok_and(|t| super::rounding::needs_rounding(&t, field.data_type())) =>
+        {
+            let call = ScalarFunction::new_udf(super::rounding::round_for_cast(), vec![*expr]);
+            Ok(Transformed::yes(Expr::Cast(Cast::new(
+                Box::new(Expr::ScalarFunction(call)),
+                field.data_type().clone(),
+            ))))
         }
         Expr::BinaryExpr(BinaryExpr { left, op, right })
             if is_comparison(op) && is_interval(&left, schema) && is_interval(&right, schema) =>
