@@ -348,9 +348,7 @@ impl<'a> Planner<'a> {
         plan: &LogicalPlan,
     ) -> Result<usize> {
         if j.null_aware {
-            return Err(Error::NotSupported(
-                "NOT IN (subquery) over a column that may be NULL is not supported in materialized views yet; write NOT EXISTS, or add IS NOT NULL on both sides".into(),
-            ));
+            return self.not_in(j, kept, plan);
         }
         // EXCEPT and INTERSECT: a row matches a row with NULLs in the same places.
         let nulls_equal = j.null_equality == datafusion::common::NullEquality::NullEqualsNull;
@@ -437,6 +435,65 @@ impl<'a> Planner<'a> {
             node = self.push(Box::new(Filter::new(unmatched)), vec![node]);
         }
         Ok(self.project_columns(node, &kept_schema, 0..width, plan))
+    }
+
+    /// `k NOT IN (SELECT s FROM ...)` by SQL's rules: no row passes while the
+    /// subquery holds a NULL, and a row whose `k` is NULL passes only while
+    /// the subquery is empty. Planned as the anti join that ignores NULLs,
+    /// paired with the subquery's one row of counts and filtered by them.
+    fn not_in(
+        &mut self,
+        j: &datafusion::logical_expr::Join,
+        kept: &LogicalPlan,
+        plan: &LogicalPlan,
+    ) -> Result<usize> {
+        use datafusion::functions_aggregate::count::count;
+        use datafusion::logical_expr::{LogicalPlanBuilder, lit};
+        let (kept_is_left, other) = match j.join_type {
+            datafusion::logical_expr::JoinType::LeftAnti => (true, &j.right),
+            _ => (false, &j.left),
+        };
+        let [(left_key, right_key)] = j.on.as_slice() else {
+            return Err(Error::NotSupported(
+                "NOT IN (subquery) of several columns is not supported in materialized views; write NOT EXISTS".into(),
+            ));
+        };
+        let (kept_key, other_key) = if kept_is_left {
+            (left_key, right_key)
+        } else {
+            (right_key, left_key)
+        };
+        let counts = LogicalPlanBuilder::from(other.as_ref().clone())
+            .aggregate(
+                Vec::<Expr>::new(),
+                vec![
+                    count(lit(1)).alias("__not_in_rows"),
+                    count(other_key.clone()).alias("__not_in_keys"),
+                ],
+            )?
+            .build()?;
+        let mut plain = j.clone();
+        plain.null_aware = false;
+        let rows = datafusion::logical_expr::col("__not_in_rows");
+        let keys = datafusion::logical_expr::col("__not_in_keys");
+        let passes = rows
+            .clone()
+            .eq(keys)
+            .and(kept_key.clone().is_not_null().or(rows.eq(lit(0i64))));
+        let columns: Vec<Expr> = kept
+            .schema()
+            .columns()
+            .into_iter()
+            .map(Expr::Column)
+            .collect();
+        let rewritten = LogicalPlanBuilder::from(LogicalPlan::Join(plain))
+            .cross_join(counts)?
+            .filter(passes)?
+            .project(columns)?
+            .build()?;
+        let node = self.node(&rewritten)?;
+        let from = arrow_schema(&rewritten);
+        Ok(self.project_columns(node, &from, 0..from.fields().len(), plan))
     }
 
     /// `node`'s rows (of schema `schema`) with one more column, never NULL.
