@@ -26,8 +26,11 @@ install() {
   if [[ ! -x $bin ]]; then
     # A source build of a few hundred crates: slow once, then cached under $root.
     echo "installing nisshi $version into $root" >&2
-    cargo install nisshi --version "$version" --locked --ignore-rust-version \
-      --no-default-features --features "$features" --debug --root "$root"
+    # In cargo's own scratch directory, not weir's CARGO_TARGET_DIR, whose
+    # lock would make the two builds take turns instead of sharing the cores.
+    env -u CARGO_TARGET_DIR cargo install nisshi --version "$version" --locked \
+      --ignore-rust-version --no-default-features --features "$features" --debug \
+      --root "$root"
   fi
   echo "$bin"
 }
