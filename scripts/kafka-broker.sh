@@ -10,8 +10,9 @@ set -euo pipefail
 
 version=0.8.1
 # Only the SQLite storage the tests use, unoptimized: the broker carries a few
-# test messages, and a fresh machine compiles it beside weir
-# (docs/operations.md, "What a cold build costs").
+# test messages, and a fresh machine compiles it beside weir in a third of
+# the CPU time of the release build with every storage (docs/operations.md,
+# "What a cold build costs").
 features=libsql
 root=${WEIR_TOOLS:-$HOME/.cache/weir-tools}/nisshi-$version-$features-debug
 bin=$root/bin/nisshi
