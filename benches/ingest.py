@@ -253,6 +253,45 @@ def tail(path: str, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+class WeirNode:
+    """A weir node over its own data directory, started and stopped whole
+    (the Nexmark and end-to-end harnesses build on it)."""
+
+    def __init__(self, binary: str, data_dir: str, log_path: str):
+        self.binary, self.data_dir, self.log_path = binary, data_dir, log_path
+        self.proc: subprocess.Popen | None = None
+        self.port = self.http_port = 0
+
+    def start(self) -> None:
+        self.port, self.http_port = free_ports(2)
+        cmd = [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}",
+               "--http-listen", f"127.0.0.1:{self.http_port}", "--data-dir", self.data_dir]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(self.log_path, "ab"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 60
+        while True:
+            try:
+                with self.connect():
+                    return
+            except psycopg.OperationalError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"weir did not start; see {self.log_path}")
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def connect(self):
+        return psycopg.connect(f"host=127.0.0.1 port={self.port} user=weir dbname=weir",
+                               autocommit=True, connect_timeout=5)
+
+
 class Server:
     key = ""  # "weir" or "pg"
     label = ""  # column header

@@ -94,34 +94,30 @@ def _common(query: str, mod: str) -> str | None:
     return None
 
 
-def weir_sql(query: str) -> str:
-    common = _common(query, "auction % 123")
-    if common:
-        return common
-    tumble = "TUMBLE(bid, date_time, INTERVAL '10' SECOND)"
+def _windowed(query: str, tumble: str, hop: str) -> str:
+    """The windowed queries, given each engine's spelling of the windows."""
     if query == "q5":
-        return _q5("HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)")
+        return _q5(hop)
     if query == "q7":
         return _q7(tumble)
     if query == "q7_tumble":
         return (f"SELECT window_start, window_end, max(price) AS maxprice FROM {tumble} "
                 f"GROUP BY window_start, window_end")
     raise KeyError(query)
+
+
+def weir_sql(query: str) -> str:
+    return _common(query, "auction % 123") or _windowed(
+        query,
+        "TUMBLE(bid, date_time, INTERVAL '10' SECOND)",
+        "HOP(bid, date_time, INTERVAL '2' SECOND, INTERVAL '10' SECOND)")
 
 
 def flink_sql(query: str) -> str:
-    common = _common(query, "MOD(auction, 123)")
-    if common:
-        return common
-    tumble = "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))"
-    if query == "q5":
-        return _q5("TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))")
-    if query == "q7":
-        return _q7(tumble)
-    if query == "q7_tumble":
-        return (f"SELECT window_start, window_end, max(price) AS maxprice FROM {tumble} "
-                f"GROUP BY window_start, window_end")
-    raise KeyError(query)
+    return _common(query, "MOD(auction, 123)") or _windowed(
+        query,
+        "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))",
+        "TABLE(HOP(TABLE bid, DESCRIPTOR(date_time), INTERVAL '2' SECOND, INTERVAL '10' SECOND))")
 
 
 def duckdb_sql(query: str) -> str:

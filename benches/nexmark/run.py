@@ -48,7 +48,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -61,7 +60,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import ingest  # noqa: E402  (benches/ingest.py: /proc helpers, formatting)
 import queries as Q  # noqa: E402
-from ingest import fmt_int, fmt_mib, free_ports, proc_status_kib, reset_peak  # noqa: E402
+from ingest import fmt_int, fmt_mib, proc_status_kib, reset_peak  # noqa: E402
 from ingest import tree_cpu_seconds as cpu_seconds  # noqa: E402
 
 psycopg = ingest.psycopg
@@ -78,40 +77,8 @@ def log(msg: str) -> None:
     print(f"[nexmark] {msg}", file=sys.stderr, flush=True)
 
 
-class Weir:
+class Weir(ingest.WeirNode):
     """A weir node over one data directory, restarted between queries."""
-
-    def __init__(self, binary: str, data_dir: str, log_path: str):
-        self.binary = binary
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
-        self.port = self.http_port = 0
-
-    def start(self) -> None:
-        self.port, self.http_port = free_ports(2)
-        cmd = [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}",
-               "--http-listen", f"127.0.0.1:{self.http_port}", "--data-dir", self.data_dir]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(self.log_path, "ab"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 60
-        while True:
-            try:
-                with self.connect():
-                    return
-            except psycopg.OperationalError:
-                if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"weir did not start; see {self.log_path}")
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
     def compact(self) -> None:
         """Compact the whole store (`POST /compact`), so that a run starts
@@ -131,10 +98,6 @@ class Weir:
             now = cpu_seconds(self.proc.pid)
             quiet = quiet + 1 if now - last < 0.01 else 0
             last = now
-
-    def connect(self):
-        return psycopg.connect(f"host=127.0.0.1 port={self.port} user=weir dbname=weir",
-                               autocommit=True, connect_timeout=5)
 
     def state_entries(self, view: str) -> int | None:
         url = f"http://127.0.0.1:{self.http_port}/state"

@@ -16,12 +16,14 @@ use std::sync::Arc;
 use datafusion::arrow::array::{Array, ArrayRef, BinaryArray, Float64Array};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, FieldRef};
-use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue, exec_err, plan_err};
+use datafusion::common::{Result as DfResult, ScalarValue, exec_err, plan_err};
 use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::{
     Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Signature, TypeSignature,
     Volatility,
 };
+
+use super::percentile::{empty_batch, out_of_range};
 
 const DEFAULT_RELATIVE_ERROR: f64 = 0.01;
 
@@ -93,10 +95,7 @@ impl AggregateUDFImpl for ApproxPercentile {
 
 /// The argument at `at` as a constant number.
 fn constant(args: &AccumulatorArgs, at: usize, what: &str) -> DfResult<f64> {
-    let empty = datafusion::arrow::array::RecordBatch::new_empty(Arc::new(
-        datafusion::arrow::datatypes::Schema::empty(),
-    ));
-    let value = match args.exprs.get(at).map(|e| e.evaluate(&empty)) {
+    let value = match args.exprs.get(at).map(|e| e.evaluate(&empty_batch())) {
         Some(Ok(ColumnarValue::Scalar(value))) => value.cast_to(&DataType::Float64)?,
         _ => return plan_err!("approx_percentile takes a constant {what}"),
     };
@@ -104,10 +103,6 @@ fn constant(args: &AccumulatorArgs, at: usize, what: &str) -> DfResult<f64> {
         ScalarValue::Float64(Some(v)) => Ok(v),
         _ => plan_err!("approx_percentile needs a {what}, not NULL"),
     }
-}
-
-fn out_of_range(message: String) -> DataFusionError {
-    DataFusionError::External(Box::new(crate::error::Error::OutOfRange(message)))
 }
 
 /// Counts per bucket; counts may fall as rows are retracted.

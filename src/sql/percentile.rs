@@ -122,8 +122,14 @@ impl AggregateUDFImpl for OrderedSet {
     }
 }
 
-fn empty_batch() -> RecordBatch {
+/// The batch a constant argument is evaluated against.
+pub(super) fn empty_batch() -> RecordBatch {
     RecordBatch::new_empty(Arc::new(Schema::empty()))
+}
+
+/// An argument out of range, 22003 as in PostgreSQL.
+pub(super) fn out_of_range(message: String) -> DataFusionError {
+    DataFusionError::External(Box::new(crate::error::Error::OutOfRange(message)))
 }
 
 /// The fraction as a number in [0, 1], as PostgreSQL checks it.
@@ -133,10 +139,9 @@ fn fraction_of(value: &ScalarValue, name: &str) -> DfResult<f64> {
         _ => return plan_err!("{name} needs a fraction, not NULL"),
     };
     if !(0.0..=1.0).contains(&fraction) {
-        let error = crate::error::Error::OutOfRange(format!(
+        return Err(out_of_range(format!(
             "percentile value {fraction} is not between 0 and 1"
-        ));
-        return Err(DataFusionError::External(Box::new(error)));
+        )));
     }
     Ok(fraction)
 }

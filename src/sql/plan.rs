@@ -506,11 +506,7 @@ impl<'a> Planner<'a> {
             false,
         )));
         let marked: SchemaRef = Arc::new(datafusion::arrow::datatypes::Schema::new(fields));
-        let mut exprs: Vec<Arc<dyn PhysicalExpr>> = (0..schema.fields().len())
-            .map(|i| {
-                Arc::new(PhysicalColumn::new(schema.field(i).name(), i)) as Arc<dyn PhysicalExpr>
-            })
-            .collect();
+        let mut exprs = column_exprs(schema, 0..schema.fields().len());
         exprs.push(datafusion::physical_expr::expressions::lit(true));
         let project = Project::new(exprs, marked.clone());
         Ok((self.push(Box::new(project), vec![node]), marked))
@@ -524,12 +520,7 @@ impl<'a> Planner<'a> {
         at: impl IntoIterator<Item = usize>,
         plan: &LogicalPlan,
     ) -> usize {
-        let columns = at
-            .into_iter()
-            .map(|i| {
-                Arc::new(PhysicalColumn::new(from.field(i).name(), i)) as Arc<dyn PhysicalExpr>
-            })
-            .collect();
+        let columns = column_exprs(from, at);
         self.push(
             Box::new(Project::new(columns, arrow_schema(plan))),
             vec![node],
@@ -1323,6 +1314,16 @@ fn shared_partition(exprs: &[Expr]) -> Vec<Expr> {
         Some(Some(first)) if partitions.iter().all(|p| *p == Some(*first)) => (*first).clone(),
         _ => Vec::new(),
     }
+}
+
+/// The columns `at` of a node's output (of schema `from`), as expressions.
+fn column_exprs(
+    from: &datafusion::arrow::datatypes::Schema,
+    at: impl IntoIterator<Item = usize>,
+) -> Vec<Arc<dyn PhysicalExpr>> {
+    at.into_iter()
+        .map(|i| Arc::new(PhysicalColumn::new(from.field(i).name(), i)) as Arc<dyn PhysicalExpr>)
+        .collect()
 }
 
 fn arrow_schema(plan: &LogicalPlan) -> SchemaRef {
