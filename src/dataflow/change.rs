@@ -23,7 +23,7 @@ pub fn evaluate_all(
 ) -> Result<Vec<ArrayRef>> {
     exprs
         .iter()
-        .map(|e| errors.evaluate(e.as_ref(), rows))
+        .map(|e| errors.evaluate(e, rows))
         .collect()
 }
 
@@ -73,7 +73,7 @@ impl ChangeBatch {
     /// false, as in SQL.
     pub fn filter(
         &self,
-        predicate: &dyn PhysicalExpr,
+        predicate: &Arc<dyn PhysicalExpr>,
         errors: &mut RowErrors,
     ) -> Result<ChangeBatch> {
         let mask = errors.evaluate(predicate, &self.rows)?;

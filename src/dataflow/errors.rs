@@ -3,7 +3,9 @@
 //!
 //! Expressions run on whole batches, so one bad row fails the batch. By
 //! default (`on_error = 'null'`) the batch is then evaluated row by row:
-//! each failing row gets NULL from that expression, the view carries on, and
+//! on each failing row the innermost part that fails yields NULL and the rest
+//! of the expression goes on from there (`10 / 0 IS NULL` is true), the view
+//! carries on, and
 //! the error is kept in the `view_errors` system table with the epoch that
 //! met it. The evaluation is deterministic, so a row retracted later yields
 //! the same NULL and cancels what it added. With `on_error = 'fail'` the
@@ -12,12 +14,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    ArrayRef, Int64Array, RecordBatch, StringArray, UInt32Array, new_null_array,
-};
+use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, UInt32Array};
 use datafusion::arrow::compute::{concat, take_record_batch};
 use datafusion::arrow::datatypes::DataType;
+use datafusion::common::ScalarValue;
+use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Literal;
 
 use crate::catalog::{Table, TableDef};
 use crate::dataflow::late::rows_as_json;
@@ -94,8 +97,12 @@ impl RowErrors {
 
     /// `expr` over every row of `rows`; rows it fails on get NULL when
     /// the policy allows, and are recorded.
-    pub fn evaluate(&mut self, expr: &dyn PhysicalExpr, rows: &RecordBatch) -> Result<ArrayRef> {
-        match evaluate(expr, rows) {
+    pub fn evaluate(
+        &mut self,
+        expr: &Arc<dyn PhysicalExpr>,
+        rows: &RecordBatch,
+    ) -> Result<ArrayRef> {
+        match evaluate(expr.as_ref(), rows) {
             Ok(array) => Ok(array),
             Err(e) => match &self.policy {
                 Some((view, OnError::Null)) => {
@@ -111,19 +118,19 @@ impl RowErrors {
     fn row_by_row(
         &mut self,
         view: &str,
-        expr: &dyn PhysicalExpr,
+        expr: &Arc<dyn PhysicalExpr>,
         rows: &RecordBatch,
         batch_error: Error,
     ) -> Result<ArrayRef> {
-        let data_type = expr.data_type(rows.schema_ref())?;
         let mut parts = Vec::with_capacity(rows.num_rows());
         let mut failed = Vec::new();
         for i in 0..rows.num_rows() {
-            match evaluate(expr, &rows.slice(i, 1)) {
+            let row = rows.slice(i, 1);
+            match evaluate(expr.as_ref(), &row) {
                 Ok(value) => parts.push(value),
                 Err(e) => {
                     failed.push((i as u32, e));
-                    parts.push(new_null_array(&data_type, 1));
+                    parts.push(evaluate_nulling_failures(expr, &row)?);
                 }
             }
         }
@@ -155,6 +162,24 @@ impl RowErrors {
 
 fn evaluate(expr: &dyn PhysicalExpr, rows: &RecordBatch) -> Result<ArrayRef> {
     Ok(expr.evaluate(rows)?.into_array(rows.num_rows())?)
+}
+
+/// `expr` over one row, each part that fails on it replaced by NULL from
+/// the leaves up, so a part that tests for NULL or skips the value (IS NULL,
+/// COALESCE) still decides the result, as RisingWave's non-strict mode does.
+fn evaluate_nulling_failures(expr: &Arc<dyn PhysicalExpr>, row: &RecordBatch) -> Result<ArrayRef> {
+    let schema = row.schema();
+    let lenient = Arc::clone(expr)
+        .transform_up(|part| {
+            if evaluate(part.as_ref(), row).is_ok() {
+                return Ok(Transformed::no(part));
+            }
+            let null = ScalarValue::try_from(part.data_type(&schema)?)?;
+            let null: Arc<dyn PhysicalExpr> = Arc::new(Literal::new(null));
+            Ok(Transformed::yes(null))
+        })?
+        .data;
+    evaluate(lenient.as_ref(), row)
 }
 
 /// The `view_errors` table's definition, created at first start.
@@ -192,7 +217,7 @@ mod tests {
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::datatypes::{Field, Int64Type, Schema};
     use datafusion::logical_expr::Operator as BinaryOp;
-    use datafusion::physical_expr::expressions::{BinaryExpr, Column};
+    use datafusion::physical_expr::expressions::{BinaryExpr, Column, IsNullExpr};
 
     use super::*;
 
@@ -211,12 +236,12 @@ mod tests {
         .expect("batch")
     }
 
-    fn divide() -> BinaryExpr {
-        BinaryExpr::new(
+    fn divide() -> Arc<dyn PhysicalExpr> {
+        Arc::new(BinaryExpr::new(
             Arc::new(Column::new("a", 0)),
             BinaryOp::Divide,
             Arc::new(Column::new("b", 1)),
-        )
+        ))
     }
 
     #[test]
@@ -230,6 +255,20 @@ mod tests {
         assert_eq!(errors.caught.len(), 1);
         assert_eq!(errors.caught[0].sqlstate, "22012");
         assert_eq!(errors.caught[0].row, r#"{"a":7,"b":0}"#);
+    }
+
+    #[test]
+    fn only_the_failing_part_yields_null() {
+        let mut errors = RowErrors::new("v".into(), OnError::Null);
+        let is_null: Arc<dyn PhysicalExpr> = Arc::new(IsNullExpr::new(divide()));
+        let out = errors.evaluate(&is_null, &rows()).expect("lenient");
+        let out = out.as_boolean();
+        assert_eq!(out.null_count(), 0);
+        assert_eq!(
+            (out.value(0), out.value(1), out.value(2)),
+            (false, true, false)
+        );
+        assert_eq!(errors.caught.len(), 1);
     }
 
     #[test]

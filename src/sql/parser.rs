@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
-use sqlparser::ast;
+use sqlparser::ast::{self, VisitMut};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 use sqlparser::tokenizer::{Token, TokenWithSpan, Tokenizer};
@@ -19,6 +19,7 @@ mod comment;
 mod connector;
 mod cursor;
 mod depth;
+mod fetch;
 mod grant;
 mod precedence;
 mod role;
@@ -297,10 +298,16 @@ pub fn parse_query(sql: &str) -> Result<Box<ast::Query>> {
     let mut parser = Parser::new(&PostgreSqlDialect {}).try_with_sql(sql)?;
     let mut query = parser.parse_query()?;
     expect_end(&parser)?;
-    fix_distinct_from(&mut query);
-    using::nest(query.as_mut());
-    srf::unnest(query.as_mut());
+    normalize(query.as_mut())?;
     Ok(query)
+}
+
+/// The rewrites every query gets before DataFusion plans it.
+fn normalize<V: VisitMut>(node: &mut V) -> Result<()> {
+    fix_distinct_from(node);
+    using::nest(node);
+    srf::unnest(node);
+    fetch::as_limit(node)
 }
 
 fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
@@ -319,9 +326,7 @@ fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
         }
     })?;
     setop::refuse_counted(&statements)?;
-    fix_distinct_from(&mut statements);
-    using::nest(&mut statements);
-    srf::unnest(&mut statements);
+    normalize(&mut statements)?;
     statements
         .iter_mut()
         .for_each(crate::sql::pg_catalog::rewrite);
@@ -551,9 +556,7 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     let mut query = parser.parse_query()?;
     expect_end(&parser)?;
     setop::refuse_counted(&query)?;
-    fix_distinct_from(&mut query);
-    using::nest(query.as_mut());
-    srf::unnest(query.as_mut());
+    normalize(query.as_mut())?;
     // A view over the catalog fails as one (0A000), not on a function.
     crate::sql::pg_catalog::rewrite(query.as_mut());
     crate::sql::pg_catalog::qualify_catalog_tables(query.as_mut());

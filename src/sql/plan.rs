@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
@@ -1006,7 +1006,7 @@ impl<'a> Planner<'a> {
                     as Arc<dyn PhysicalExpr>
             })
             .collect();
-        let project = Project::new(exprs, Arc::new(scan.projected_schema.as_arrow().clone()));
+        let project = Project::new(exprs, nullable(scan.projected_schema.as_arrow()));
         Ok(self.push(Box::new(project), vec![node]))
     }
 
@@ -1030,7 +1030,7 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|i| self.expr(&Expr::Column(all.columns()[*i].clone()), &all))
             .collect::<Result<Vec<_>>>()?;
-        let project = Project::new(exprs, Arc::new(scan.projected_schema.as_arrow().clone()));
+        let project = Project::new(exprs, nullable(scan.projected_schema.as_arrow()));
         let node = self.push(Box::new(project), Vec::new());
         let projection = Projection::new(table.codec.schema(), &columns)?;
         self.sources.push(Source {
@@ -1326,8 +1326,20 @@ fn column_exprs(
         .collect()
 }
 
+/// The plan's columns, every one nullable: a view's expression that fails
+/// on a row yields NULL there (see `dataflow::errors`), whatever the batch
+/// planner inferred.
 fn arrow_schema(plan: &LogicalPlan) -> SchemaRef {
-    Arc::new(plan.schema().as_arrow().clone())
+    nullable(plan.schema().as_arrow())
+}
+
+fn nullable(schema: &Schema) -> SchemaRef {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 fn unsupported(plan: &LogicalPlan) -> Error {

@@ -33,7 +33,7 @@ impl Operator for Filter {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
-        let kept = batch.filter(self.predicate.as_ref(), &mut cx.state.errors)?;
+        let kept = batch.filter(&self.predicate, &mut cx.state.errors)?;
         cx.emit(kept);
         Ok(())
     }

@@ -659,7 +659,7 @@ impl Operator for Join {
         let changes = ChangeBatch::new(rows, Int64Array::from(weights))?;
         match &self.residual {
             Some(predicate) => {
-                let kept = changes.filter(predicate.as_ref(), &mut cx.state.errors)?;
+                let kept = changes.filter(predicate, &mut cx.state.errors)?;
                 cx.emit(kept);
             }
             None => cx.emit(changes),

@@ -103,7 +103,7 @@ impl LookupJoin {
                     RecordBatch::try_new(schema.clone(), arrays)?
                 }
                 Step::Filter(predicate) => ChangeBatch::inserts(batch)
-                    .filter(predicate.as_ref(), &mut cx.state.errors)?
+                    .filter(predicate, &mut cx.state.errors)?
                     .rows()
                     .clone(),
                 Step::Project(exprs, schema) => {
@@ -269,7 +269,7 @@ impl Operator for LookupJoin {
         let changes = ChangeBatch::new(joined, Int64Array::from(weights))?;
         match &self.residual {
             Some(predicate) => {
-                let kept = changes.filter(predicate.as_ref(), &mut cx.state.errors)?;
+                let kept = changes.filter(predicate, &mut cx.state.errors)?;
                 cx.emit(kept);
             }
             None => cx.emit(changes),

@@ -117,7 +117,7 @@ impl Aggregate {
                 let Some(arg) = &spec.arg else {
                     return Ok(None);
                 };
-                Ok(Some(errors.evaluate(arg.as_ref(), batch.rows())?))
+                Ok(Some(errors.evaluate(arg, batch.rows())?))
             })
             .collect()
     }

@@ -225,7 +225,7 @@ impl Join {
     ) -> Result<(Rows, Vec<bool>)> {
         let asof = self.asof_ref();
         let expr = if side == 0 { &asof.left } else { &asof.right };
-        let column: ArrayRef = cx.state.errors.evaluate(expr.as_ref(), rows)?;
+        let column: ArrayRef = cx.state.errors.evaluate(expr, rows)?;
         let valid = (0..column.len()).map(|i| column.is_valid(i)).collect();
         Ok((asof.values.convert_columns(&[column])?, valid))
     }

@@ -160,7 +160,7 @@ impl Join {
         let mine = take_arrays(mine, &UInt32Array::from(left), None)?;
         let pairs = self.joined(side, mine, self.decode(1 - side, &right)?)?;
         let predicate = self.residual.as_ref().expect("a residual condition");
-        let mask = cx.state.errors.evaluate(predicate.as_ref(), &pairs)?;
+        let mask = cx.state.errors.evaluate(predicate, &pairs)?;
         let mask = mask
             .as_any()
             .downcast_ref::<BooleanArray>()
