@@ -41,7 +41,20 @@ pub const SOURCE_ERRORS: &str = "source_errors";
 /// Tables weir keeps for itself: queryable, but left out of listings and
 /// closed to writes and DROP.
 pub fn is_system(name: &str) -> bool {
-    name == LATE_EVENTS || name == SOURCE_ERRORS || name == VIEW_ERRORS
+    name == LATE_EVENTS || name == SOURCE_ERRORS || name == VIEW_ERRORS || is_constant_table(name)
+}
+
+const CONSTANT_PREFIX: &str = "_weir_constant_";
+
+/// The table that keeps a view's constant rows (see `sql::constants`), by its id.
+pub fn constant_table_name(id: u64) -> String {
+    format!("{CONSTANT_PREFIX}{id}")
+}
+
+/// Whether `name` is a table that keeps a view's constant rows; it goes
+/// with its view.
+pub fn is_constant_table(name: &str) -> bool {
+    name.starts_with(CONSTANT_PREFIX)
 }
 
 /// A persisted catalog object.

@@ -21,10 +21,7 @@ pub fn evaluate_all(
     rows: &RecordBatch,
     errors: &mut RowErrors,
 ) -> Result<Vec<ArrayRef>> {
-    exprs
-        .iter()
-        .map(|e| errors.evaluate(e, rows))
-        .collect()
+    exprs.iter().map(|e| errors.evaluate(e, rows)).collect()
 }
 
 /// Rows with signed multiplicities: row i occurs `diffs[i]` more (+) or fewer (-) times.

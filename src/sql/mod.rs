@@ -3,6 +3,7 @@
 pub mod approx_percentile;
 pub mod asof;
 pub mod colnames;
+pub mod constants;
 pub mod datetime;
 pub mod functions;
 pub mod keyaccess;

@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::execution::context::ExecutionProps;
 use datafusion::logical_expr::expr::AggregateFunction;
@@ -24,7 +24,7 @@ use datafusion::physical_planner::create_window_expr;
 
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 
-use crate::catalog::{Catalog, Emit, OnError, Table};
+use crate::catalog::{Catalog, Emit, OnError, Table, nullable};
 use crate::dataflow::graph::{Dataflow, Node, Source};
 use crate::dataflow::operator::Operator;
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
@@ -1331,15 +1331,6 @@ fn column_exprs(
 /// planner inferred.
 fn arrow_schema(plan: &LogicalPlan) -> SchemaRef {
     nullable(plan.schema().as_arrow())
-}
-
-fn nullable(schema: &Schema) -> SchemaRef {
-    let fields: Vec<Field> = schema
-        .fields()
-        .iter()
-        .map(|f| f.as_ref().clone().with_nullable(true))
-        .collect();
-    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
 }
 
 fn unsupported(plan: &LogicalPlan) -> Error {

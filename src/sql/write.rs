@@ -39,9 +39,24 @@ pub struct NewRows {
     watermark: Option<i64>,
 }
 
+/// Write rows to a table weir keeps for itself, which statements cannot write.
+pub async fn insert_own(
+    table: &Arc<Table>,
+    writer: &Writer,
+    batches: &[RecordBatch],
+) -> Result<u64> {
+    NewRows::encode_any(table, batches)?
+        .write(table, writer)
+        .await
+}
+
 impl NewRows {
     pub fn encode(table: &Table, batches: &[RecordBatch]) -> Result<NewRows> {
         refuse_system(table)?;
+        NewRows::encode_any(table, batches)
+    }
+
+    fn encode_any(table: &Table, batches: &[RecordBatch]) -> Result<NewRows> {
         for batch in batches {
             check_not_null(table, batch)?;
         }

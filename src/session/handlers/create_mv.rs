@@ -7,6 +7,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::Schema;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
@@ -31,24 +32,43 @@ pub async fn create(
         return Ok(Output::command(TAG));
     }
     let (retention, on_error) = options(&create.options)?;
-    let plan = plan_query(engine, &create.query).await?;
-    let emit = emit_policy(engine, &create.emit).await?;
-    let shape = Planner::shape(&engine.catalog, &plan, emit)?;
-    let table = contents(engine.catalog.allocate_id()?, &create, &plan, &shape)?;
-    let def = ViewDef {
-        table,
-        query: create.query.to_string(),
-        depends_on: shape.depends_on,
-        emit,
-        retention,
-        append_only: shape.append_only,
-        on_error,
+    let mut query = create.query.clone();
+    let mut plan = plan_query(engine, &query).await?;
+    let mut constants = Vec::new();
+    if crate::sql::constants::reads_constants(&plan) {
+        constants = super::constants::lift(engine, &mut query).await?;
+    }
+    let made = async {
+        if !constants.is_empty() {
+            plan = plan_query(engine, &query).await?;
+        }
+        let emit = emit_policy(engine, &create.emit).await?;
+        let shape = Planner::shape(&engine.catalog, &plan, emit)?;
+        let table = contents(engine.catalog.allocate_id()?, &create, &plan, &shape)?;
+        let def = ViewDef {
+            table,
+            query: query.to_string(),
+            depends_on: shape.depends_on,
+            emit,
+            retention,
+            append_only: shape.append_only,
+            on_error,
+        };
+        build_view(engine, session, def).await
     };
+    let made = made.await;
+    if made.is_err() {
+        super::constants::drop_tables(engine, &constants).await;
+    }
+    made.map(|()| Output::command(TAG))
+}
+
+/// Create the view and fill it; if that fails or is cancelled, it goes.
+async fn build_view(engine: &Arc<Engine>, session: &Session, def: ViewDef) -> Result<()> {
     let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
     else {
         return Err(Error::Internal("a created view is not a view".into()));
     };
-    // If the statement fails or is cancelled before the backfill ends, the view goes.
     let mut guard = Unfinished {
         engine: engine.clone(),
         view: Some(view.clone()),
@@ -60,7 +80,7 @@ pub async fn create(
     match built.await {
         Ok(()) => {
             guard.view = None;
-            Ok(Output::command(TAG))
+            Ok(())
         }
         // Gone before the error reaches the client, so that a retry can take the name.
         Err(e) => {
@@ -128,7 +148,7 @@ pub async fn create_logical(
     let table = TableDef {
         id: engine.catalog.allocate_id()?,
         name: create.name.clone(),
-        columns: columns(&plan)?,
+        columns: columns(plan.schema().as_arrow())?,
         primary_key: Vec::new(),
         storage: Storage::Rows,
         watermark: None,
@@ -199,10 +219,14 @@ impl Drop for Unfinished {
 async fn remove_unfinished(engine: &Arc<Engine>, view: Arc<View>) {
     let id = view.def.table.id;
     let _ = engine.runtime.drop_view(id).await;
-    if let Err(e) = engine
-        .catalog
-        .drop_objects(&[Object::MaterializedView(view)])
-    {
+    let constants = super::constants::of_view(engine, &view.def.depends_on);
+    for constant in &constants {
+        let _ = engine.runtime.forget(constant.table().def.topic()).await;
+    }
+    let objects: Vec<Object> = std::iter::once(Object::MaterializedView(view))
+        .chain(constants)
+        .collect();
+    if let Err(e) = engine.catalog.drop_objects(&objects) {
         tracing::error!(view = id, cause = %e, "could not remove an unfinished view");
     }
 }
@@ -315,7 +339,7 @@ fn contents(
     Ok(TableDef {
         id,
         name: create.name.clone(),
-        columns: columns(plan)?,
+        columns: columns(plan.schema().as_arrow())?,
         primary_key: shape.key.clone().unwrap_or_default(),
         storage,
         watermark: None,
@@ -348,9 +372,9 @@ async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalP
 
 /// The view's columns, named as PostgreSQL names them: an unaliased
 /// aggregate is named after its function, other expressions `?column?`.
-fn columns(plan: &LogicalPlan) -> Result<Vec<ColumnDef>> {
+pub(super) fn columns(schema: &Schema) -> Result<Vec<ColumnDef>> {
     let mut seen = HashSet::new();
-    plan.schema()
+    schema
         .fields()
         .iter()
         .map(|field| {

@@ -376,6 +376,15 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
         doomed.extend(dependents);
         doomed.push(object);
     }
+    let constants: Vec<Object> = doomed
+        .iter()
+        .filter_map(|o| match o {
+            Object::MaterializedView(view) => Some(view),
+            _ => None,
+        })
+        .flat_map(|view| super::constants::of_view(engine, &view.def.depends_on))
+        .collect();
+    doomed.extend(constants);
     let mut seen = HashSet::new();
     doomed.retain(|o| seen.insert(o.id()));
     for object in &doomed {

@@ -2,6 +2,7 @@
 
 pub mod comment;
 pub mod connector;
+mod constants;
 pub mod copy;
 pub mod create_mv;
 mod csv;

@@ -27,7 +27,11 @@ impl VisitorMut for AsLimit {
             return ControlFlow::Continue(());
         };
         if fetch.with_ties || fetch.percent {
-            let what = if fetch.with_ties { "WITH TIES" } else { "PERCENT" };
+            let what = if fetch.with_ties {
+                "WITH TIES"
+            } else {
+                "PERCENT"
+            };
             return ControlFlow::Break(Error::NotSupported(format!(
                 "FETCH FIRST ... {what} is not supported; write FETCH FIRST n ROWS ONLY or LIMIT n"
             )));
