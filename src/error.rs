@@ -292,8 +292,14 @@ fn arrow_sqlstate(e: &ArrowError) -> &'static str {
 fn plan_sqlstate(message: &str) -> &'static str {
     if message.contains("not found") && message.contains("table") {
         "42P01"
-    } else if message.starts_with("Invalid function") || message.contains("No function matches") {
+    } else if message.starts_with("Invalid function")
+        || message.contains("No function matches")
+        || message.starts_with("Cannot coerce arithmetic expression")
+    {
+        // The last is PostgreSQL's "operator does not exist: interval * text".
         "42883"
+    } else if message.contains("to grouping function is not in grouping columns") {
+        "42803"
     } else if message.contains("Cannot") && message.contains("cast") {
         "42846"
     } else {

@@ -269,7 +269,7 @@ fn session_context(
     options.sql_parser.parse_float_as_decimal = true;
     // TIMESTAMPTZ and now() carry a zone, so they print with their offset.
     options.execution.time_zone = Some("+00:00".into());
-    let ctx = SessionContext::new_with_config(config);
+    let mut ctx = SessionContext::new_with_config(config);
     let databases = MemoryCatalogProvider::new();
     let schema = Arc::new(WeirSchema::new(
         catalog.clone(),
@@ -286,6 +286,10 @@ fn session_context(
     let proctime = ProcTime::new(Arc::new(move || clock.now().timestamp_micros()));
     ctx.register_udf(ScalarUDF::new_from_impl(proctime));
     crate::sql::rules::register(&ctx);
+    datafusion::execution::FunctionRegistry::register_expr_planner(
+        &mut ctx,
+        Arc::new(crate::sql::interval_arith::IntervalArithmetic),
+    )?;
     for name in crate::sql::window::FUNCTIONS {
         let function = crate::sql::window::WindowFunction::new(
             name,

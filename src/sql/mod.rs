@@ -6,6 +6,8 @@ pub mod colnames;
 pub mod constants;
 pub mod datetime;
 pub mod functions;
+pub mod grouping_sets;
+pub mod interval_arith;
 pub mod keyaccess;
 pub mod lookup;
 pub mod parser;

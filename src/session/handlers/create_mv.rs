@@ -367,7 +367,7 @@ async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalP
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;
     let plan = crate::sql::window::session_keys(plan)?;
-    Ok(state.optimize(&plan)?)
+    crate::sql::grouping_sets::expand(state.optimize(&plan)?)
 }
 
 /// The view's columns, named as PostgreSQL names them: an unaliased

@@ -618,6 +618,9 @@ pub fn encode_value<T: Encoder>(
                 }
             }
         },
+        DataType::Interval(_) if arr.is_null(idx) => {
+            encoder.encode_field(&None::<PgInterval>, pg_field)?;
+        }
         DataType::Interval(interval_unit) => match interval_unit {
             IntervalUnit::YearMonth => {
                 let interval_array = arr
