@@ -1,12 +1,15 @@
 //! Tables: the definition users write, and what weir derives from it.
 
+use std::any::Any;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, AsArray, Int64Array, RecordBatch};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch};
 use datafusion::arrow::compute::{cast, max};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef, TimeUnit};
 use datafusion::common::DFSchema;
+use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::{BinaryExpr, Column, Literal};
 use datafusion::prelude::SessionContext;
 use serde::{Deserialize, Serialize};
 
@@ -331,6 +334,29 @@ pub fn watermark_expr(schema: &SchemaRef, text: &str) -> Result<Arc<dyn Physical
     }
 }
 
+/// The column a watermark expression rises with, when it is the column
+/// itself or the column plus or minus a constant.
+fn rising_column(expr: &Arc<dyn PhysicalExpr>) -> Option<usize> {
+    let any: &dyn Any = expr.as_ref();
+    if let Some(column) = any.downcast_ref::<Column>() {
+        return Some(column.index());
+    }
+    let binary = any.downcast_ref::<BinaryExpr>()?;
+    let right: &dyn Any = binary.right().as_ref();
+    let left: &dyn Any = binary.left().as_ref();
+    let shifted = matches!(binary.op(), Operator::Minus | Operator::Plus) && right.is::<Literal>();
+    let column = left.downcast_ref::<Column>()?;
+    shifted.then(|| column.index())
+}
+
+/// The row holding the latest time of `times`; none when all are NULL.
+fn latest_row(times: &ArrayRef) -> Result<Option<usize>> {
+    let times = micros(times)?;
+    Ok((0..times.len())
+        .filter(|&i| !times.is_null(i))
+        .max_by_key(|&i| times.value(i)))
+}
+
 /// Event times as microseconds since the Unix epoch.
 pub fn micros(array: &ArrayRef) -> Result<Int64Array> {
     let timestamps = cast(array, &DataType::Timestamp(TimeUnit::Microsecond, None))?;
@@ -374,7 +400,16 @@ impl Table {
         };
         let mut highest = None;
         for batch in batches {
-            let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+            // `ts - INTERVAL 'd'` only grows with `ts`: its largest value is
+            // at the row of the largest `ts`, so only that row is computed.
+            let rows = match rising_column(expr) {
+                Some(column) => match latest_row(batch.column(column))? {
+                    Some(row) => batch.slice(row, 1),
+                    None => continue,
+                },
+                None => batch.clone(),
+            };
+            let values = expr.evaluate(&rows)?.into_array(rows.num_rows())?;
             highest = highest.max(max(&micros(&values)?));
         }
         Ok(highest)
@@ -438,6 +473,29 @@ mod tests {
         r#""definition":"CREATE TABLE bids (...)","is_view":false,"multiset":false,"#,
         r#""watermarked":false,"connector":null,"log_only":false,"retention":null}"#
     );
+
+    #[test]
+    fn a_watermark_is_the_latest_time_less_its_delay() {
+        use datafusion::arrow::array::TimestampMicrosecondArray;
+        let def: TableDef = serde_json::from_str(STORED).expect("the stored shape");
+        let table = Table::new(def).expect("table");
+        let times = [Some(7_000_000), None, Some(9_000_000), Some(8_000_000)];
+        let columns: Vec<ArrayRef> = table
+            .schema
+            .fields()
+            .iter()
+            .map(|f| match f.name().as_str() {
+                "at" => Arc::new(TimestampMicrosecondArray::from(times.to_vec())) as ArrayRef,
+                _ => datafusion::arrow::array::new_null_array(f.data_type(), times.len()),
+            })
+            .collect();
+        let batch = RecordBatch::try_new(table.nullable_schema.clone(), columns).expect("batch");
+        assert!(rising_column(table.watermark.as_ref().expect("watermark")).is_some());
+        assert_eq!(
+            table.watermark_of(&[batch]).expect("watermark"),
+            Some(4_000_000)
+        );
+    }
 
     #[test]
     fn a_stored_definition_reads_as_types_and_writes_back_the_same_bytes() {

@@ -624,11 +624,18 @@ impl Columns {
         }
     }
 
+    /// Each builder starts again with room for as many bytes as its last
+    /// batch held, so that a long column is not grown and copied bit by bit.
     fn cut(&mut self) {
         let batch = self
             .builders
             .iter_mut()
-            .map(|b| Arc::new(b.finish()) as ArrayRef)
+            .map(|b| {
+                let column = b.finish();
+                let bytes = column.value_data().len();
+                *b = StringBuilder::with_capacity(BATCH_ROWS, bytes + bytes / 8);
+                Arc::new(column) as ArrayRef
+            })
             .collect();
         self.batches.push(batch);
     }
@@ -650,24 +657,29 @@ fn parse_csv(
 ) -> Result<(Vec<Vec<ArrayRef>>, bool, usize)> {
     let width = copy.columns.len();
     let skip = usize::from(first && copy.format.header);
-    let (records, ended) = super::csv::records(data, copy.format.delimiter)?;
-    let lines = records.len();
+    let mut records = super::csv::Records::new(data, copy.format.delimiter)?;
+    let mut fields = Vec::with_capacity(width);
     let mut columns = Columns::new(width);
-    for (line, record) in records.into_iter().enumerate().skip(skip) {
-        if record.len() != width {
+    let mut lines = 0;
+    while records.next_into(&mut fields)? {
+        lines += 1;
+        if lines <= skip {
+            continue;
+        }
+        if fields.len() != width {
             return Err(Error::InvalidInput(format!(
                 "COPY record {}: expected {width} columns, found {}",
-                before + line + 1,
-                record.len()
+                before + lines,
+                fields.len()
             )));
         }
         columns.push(
-            record
-                .into_iter()
+            fields
+                .drain(..)
                 .map(|f| (f.quoted || f.text != copy.format.null).then_some(f.text)),
         );
     }
-    Ok((columns.finish(), ended, lines))
+    Ok((columns.finish(), records.ended_early(), lines))
 }
 
 /// Strings in data order into a batch in table order, cast to the column

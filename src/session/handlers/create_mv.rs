@@ -309,6 +309,13 @@ pub async fn every_micros(
 
 pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Result<Output> {
     let plan = plan_query(engine, &create.query).await?;
+    if crate::sql::constants::reads_constants(&plan) {
+        return Err(Error::NotSupported(
+            "EXPLAIN of a view over VALUES or a SELECT without FROM is not supported: \
+             its constant rows get tables of their own only when the view is created"
+                .into(),
+        ));
+    }
     let emit = emit_policy(engine, &create.emit).await?;
     let shape = Planner::shape(&engine.catalog, &plan, emit)?;
     let table = contents(0, &create, &plan, &shape)?;

@@ -4,82 +4,114 @@
 //! is NULL and `,"",` the empty string). Readers that drop the quoting
 //! cannot tell the two apart.
 
+use std::borrow::Cow;
+
 use crate::error::{Error, Result};
 
 /// One field of a record: its text, and whether any of it was quoted.
-pub struct Field {
-    pub text: String,
+pub struct Field<'a> {
+    /// Borrowed from the data unless quotes had to be taken out.
+    pub text: Cow<'a, str>,
     pub quoted: bool,
 }
 
-/// Records of `data`, split at unquoted line breaks, and whether a line
-/// `\.` alone ended the data before its end.
-pub fn records(data: &[u8], delimiter: u8) -> Result<(Vec<Vec<Field>>, bool)> {
-    let text = std::str::from_utf8(data)
-        .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
-    let mut records = Vec::new();
-    let mut reader = Reader {
-        bytes: text.as_bytes(),
-        at: 0,
-        delimiter,
-    };
-    while let Some(record) = reader.record(records.len() + 1)? {
-        records.push(record);
-    }
-    Ok((records, reader.at < reader.bytes.len()))
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
+/// The records of COPY data, split at unquoted line breaks.
+pub struct Records<'a> {
+    text: &'a str,
     at: usize,
     delimiter: u8,
+    read: usize,
 }
 
-impl Reader<'_> {
-    fn record(&mut self, line: usize) -> Result<Option<Vec<Field>>> {
-        let rest = &self.bytes[self.at..];
+impl<'a> Records<'a> {
+    pub fn new(data: &'a [u8], delimiter: u8) -> Result<Records<'a>> {
+        let text = std::str::from_utf8(data)
+            .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
+        Ok(Records {
+            text,
+            at: 0,
+            delimiter,
+            read: 0,
+        })
+    }
+
+    /// The next record's fields, in place of what `fields` held; false at
+    /// the end of the data or at a line `\.` alone.
+    pub fn next_into(&mut self, fields: &mut Vec<Field<'a>>) -> Result<bool> {
+        fields.clear();
+        let rest = &self.text.as_bytes()[self.at..];
         if rest.is_empty() || rest.starts_with(b"\\.\n") || rest == b"\\." || rest == b"\\.\r\n" {
-            return Ok(None);
+            return Ok(false);
         }
-        let mut fields = Vec::new();
+        self.read += 1;
         loop {
-            let (field, end) = self.field(line)?;
+            let (field, end) = self.field()?;
             fields.push(field);
-            match end {
-                End::Delimiter => continue,
-                End::Line => return Ok(Some(fields)),
+            if let End::Line = end {
+                return Ok(true);
             }
         }
     }
 
-    fn field(&mut self, line: usize) -> Result<(Field, End)> {
+    /// Whether a line `\.` ended the data before its end.
+    pub fn ended_early(&self) -> bool {
+        self.at < self.text.len()
+    }
+
+    /// A field without quotes is a slice of the data, found with one scan;
+    /// only a quoted one is copied, to take its quotes out.
+    fn field(&mut self) -> Result<(Field<'a>, End)> {
+        let bytes = &self.text.as_bytes()[self.at..];
+        let stop = memchr::memchr3(self.delimiter, b'\n', b'"', bytes);
+        let (len, next, end) = match stop {
+            Some(i) if bytes[i] == b'"' => return self.quoted_field(),
+            Some(i) if bytes[i] == b'\n' => {
+                let len = if i > 0 && bytes[i - 1] == b'\r' {
+                    i - 1
+                } else {
+                    i
+                };
+                (len, i + 1, End::Line)
+            }
+            Some(i) => (i, i + 1, End::Delimiter),
+            None => (bytes.len(), bytes.len(), End::Line),
+        };
+        // The stops are ASCII, so the slice falls on character boundaries.
+        let text = &self.text[self.at..self.at + len];
+        self.at += next;
+        let field = Field {
+            text: Cow::Borrowed(text),
+            quoted: false,
+        };
+        Ok((field, end))
+    }
+
+    fn quoted_field(&mut self) -> Result<(Field<'a>, End)> {
+        let bytes = self.text.as_bytes();
         let mut text = Vec::new();
-        let mut quoted = false;
         let mut in_quotes = false;
-        while let Some(&byte) = self.bytes.get(self.at) {
+        while let Some(&byte) = bytes.get(self.at) {
             self.at += 1;
             match byte {
-                b'"' if in_quotes && self.bytes.get(self.at) == Some(&b'"') => {
+                b'"' if in_quotes && bytes.get(self.at) == Some(&b'"') => {
                     self.at += 1;
                     text.push(b'"');
                 }
-                b'"' => {
-                    in_quotes = !in_quotes;
-                    quoted = true;
-                }
+                b'"' => in_quotes = !in_quotes,
                 _ if in_quotes => text.push(byte),
-                b if b == self.delimiter => return Ok((field(text, quoted), End::Delimiter)),
-                b'\n' => return Ok((field(text, quoted), End::Line)),
-                b'\r' if self.bytes.get(self.at) == Some(&b'\n') => {}
+                b if b == self.delimiter => return Ok((quoted(text), End::Delimiter)),
+                b'\n' => return Ok((quoted(text), End::Line)),
+                b'\r' if bytes.get(self.at) == Some(&b'\n') => {}
                 _ => text.push(byte),
             }
         }
         if in_quotes {
             return Err(Error::InvalidInput(format!(
-                "COPY record {line}: unterminated CSV quoted field"
+                "COPY record {}: unterminated CSV quoted field",
+                self.read
             )));
         }
-        Ok((field(text, quoted), End::Line))
+        Ok((quoted(text), End::Line))
     }
 }
 
@@ -88,25 +120,31 @@ enum End {
     Line,
 }
 
-fn field(text: Vec<u8>, quoted: bool) -> Field {
+fn quoted(text: Vec<u8>) -> Field<'static> {
     Field {
         // The input was valid UTF-8 and splits fell on ASCII bytes.
-        text: String::from_utf8(text).unwrap_or_default(),
-        quoted,
+        text: Cow::Owned(String::from_utf8(text).unwrap_or_default()),
+        quoted: true,
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::records;
+    use super::Records;
 
     fn read(data: &str) -> Vec<Vec<(String, bool)>> {
-        records(data.as_bytes(), b',')
-            .expect("valid")
-            .0
-            .into_iter()
-            .map(|r| r.into_iter().map(|f| (f.text, f.quoted)).collect())
-            .collect()
+        let mut records = Records::new(data.as_bytes(), b',').expect("valid");
+        let mut fields = Vec::new();
+        let mut rows = Vec::new();
+        while records.next_into(&mut fields).expect("valid") {
+            rows.push(
+                fields
+                    .iter()
+                    .map(|f| (f.text.to_string(), f.quoted))
+                    .collect(),
+            );
+        }
+        rows
     }
 
     #[test]
@@ -123,6 +161,17 @@ mod tests {
 
     #[test]
     fn an_open_quote_at_the_end_is_an_error() {
-        assert!(records(b"1,\"open\n", b',').is_err());
+        let mut records = Records::new(b"1,\"open\n", b',').expect("valid");
+        assert!(records.next_into(&mut Vec::new()).is_err());
+    }
+
+    #[test]
+    fn line_ends_and_the_last_line_without_one() {
+        let rows = read("a,b\r\nc,\r\n,d");
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0][1].0, "b");
+        assert_eq!(rows[1][1], (String::new(), false));
+        assert_eq!(rows[2][0], (String::new(), false));
+        assert_eq!(rows[2][1].0, "d");
     }
 }
