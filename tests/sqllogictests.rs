@@ -153,12 +153,13 @@ impl WeirDb {
     }
 }
 
-/// A view's rows have no order: drop a top-level ORDER BY (but keep LIMIT, which a view refuses).
+/// A view's rows have no order: drop a top-level ORDER BY, unless a LIMIT
+/// or FETCH FIRST keeps the first rows in that order.
 fn without_order_by(sql: &str) -> String {
     use sqlparser::ast::Statement;
     let dialect = sqlparser::dialect::PostgreSqlDialect {};
     match sqlparser::parser::Parser::parse_sql(&dialect, sql).as_deref() {
-        Ok([Statement::Query(query)]) if query.limit_clause.is_none() => {
+        Ok([Statement::Query(query)]) if query.limit_clause.is_none() && query.fetch.is_none() => {
             let mut query = query.clone();
             query.order_by = None;
             query.to_string()
