@@ -312,6 +312,9 @@ fn execution_sqlstate(message: &str) -> &'static str {
         "22P02"
     } else if message.contains("Divide by zero") {
         "22012"
+    } else if message.starts_with("Unsupported date_trunc granularity") {
+        // PostgreSQL: unit "..." not recognized.
+        "22023"
     } else {
         "XX000"
     }

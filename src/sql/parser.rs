@@ -18,6 +18,7 @@ mod asof;
 mod comment;
 mod connector;
 mod cursor;
+mod date_trunc;
 mod depth;
 mod fetch;
 mod grant;
@@ -307,6 +308,7 @@ fn normalize<V: VisitMut>(node: &mut V) -> Result<()> {
     fix_distinct_from(node);
     using::nest(node);
     srf::unnest(node);
+    date_trunc::long_units(node);
     fetch::as_limit(node)
 }
 
