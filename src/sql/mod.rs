@@ -18,6 +18,7 @@ pub mod provider;
 pub mod rounding;
 pub mod rules;
 pub mod template;
+pub mod temporal;
 pub mod text;
 pub mod window;
 pub mod write;

@@ -31,6 +31,7 @@ use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
 use crate::dataflow::operators::join::{Asof, Join, Side};
 use crate::dataflow::operators::lookup::{Lookup, LookupJoin, Step};
 use crate::dataflow::operators::over::{Evaluate, Over, Recompute, Recomputed};
+use crate::dataflow::operators::sliding::Sliding;
 use crate::dataflow::operators::{
     Aggregate, Filter, Hold, Materialize, Project, SessionAssign, Union, Unnest, WindowAssign,
 };
@@ -235,6 +236,13 @@ impl<'a> Planner<'a> {
     }
 
     fn expr(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn PhysicalExpr>> {
+        if crate::sql::temporal::mentions_now(expr) {
+            return Err(Error::NotSupported(format!(
+                "now() in a materialized view works only as a temporal filter in WHERE, \
+                 like t > now() - INTERVAL '1' HOUR; found {}",
+                expr.to_string().replace("weir_now", "now")
+            )));
+        }
         Ok(create_physical_expr(
             expr,
             schema,
@@ -258,9 +266,19 @@ impl<'a> Planner<'a> {
                 ))
             }
             LogicalPlan::Filter(f) => {
-                let input = self.node(&f.input)?;
-                let predicate = self.expr(&f.predicate, f.input.schema())?;
-                Ok(self.push(Box::new(Filter::new(predicate)), vec![input]))
+                let mut node = self.node(&f.input)?;
+                let (plain, sliding) = crate::sql::temporal::split(&f.predicate)?;
+                if let Some(plain) = plain {
+                    let predicate = self.expr(&plain, f.input.schema())?;
+                    node = self.push(Box::new(Filter::new(predicate)), vec![node]);
+                }
+                for s in sliding {
+                    let time = self.expr(&s.time, f.input.schema())?;
+                    let schema = arrow_schema(&f.input);
+                    let filter = Sliding::new(time, s.keep_micros, s.inclusive, schema)?;
+                    node = self.push(Box::new(filter), vec![node]);
+                }
+                Ok(node)
             }
             LogicalPlan::Aggregate(a) => {
                 let window = self.window_close(a)?;
@@ -1051,7 +1069,7 @@ impl<'a> Planner<'a> {
     fn changes_while_open(&self, plan: &LogicalPlan) -> bool {
         match plan {
             LogicalPlan::Projection(p) => self.changes_while_open(&p.input),
-            LogicalPlan::Filter(f) => self.changes_while_open(&f.input),
+            LogicalPlan::Filter(f) => !slides(f) && self.changes_while_open(&f.input),
             LogicalPlan::SubqueryAlias(a) => self.changes_while_open(&a.input),
             LogicalPlan::Aggregate(a) => self.is_append_only(&a.input),
             _ => self.is_append_only(plan),
@@ -1074,7 +1092,8 @@ impl<'a> Planner<'a> {
                     .is_some_and(|t| t.def.is_append_only()),
             },
             LogicalPlan::Projection(p) => self.is_append_only(&p.input),
-            LogicalPlan::Filter(f) => self.is_append_only(&f.input),
+            // A temporal filter takes rows back as time passes.
+            LogicalPlan::Filter(f) => !slides(f) && self.is_append_only(&f.input),
             LogicalPlan::SubqueryAlias(a) => self.is_append_only(&a.input),
             LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.is_append_only(i)),
             // A pair of rows that never leave never leaves either; an outer
@@ -1357,10 +1376,15 @@ fn unsupported(plan: &LogicalPlan) -> Error {
 /// projections and filters. Under `EMIT ON WINDOW CLOSE` that aggregate is
 /// the windowed one, which emits each group's final row once and never
 /// retracts it.
+/// Whether a filter is a temporal one, which retracts rows as time passes.
+fn slides(filter: &datafusion::logical_expr::Filter) -> bool {
+    crate::sql::temporal::mentions_now(&filter.predicate)
+}
+
 fn closes_at_root(plan: &LogicalPlan) -> bool {
     match plan {
         LogicalPlan::Projection(p) => closes_at_root(&p.input),
-        LogicalPlan::Filter(f) => closes_at_root(&f.input),
+        LogicalPlan::Filter(f) => !slides(f) && closes_at_root(&f.input),
         LogicalPlan::SubqueryAlias(a) => closes_at_root(&a.input),
         LogicalPlan::Aggregate(a) => !groups_anywhere(&a.input),
         _ => false,

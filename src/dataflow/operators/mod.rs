@@ -9,6 +9,7 @@ pub mod materialize;
 pub mod over;
 pub mod project;
 pub mod session;
+pub mod sliding;
 pub mod union;
 pub mod unnest;
 pub mod window;

@@ -374,6 +374,7 @@ async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalP
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;
     let plan = crate::sql::window::session_keys(plan)?;
+    let plan = crate::sql::temporal::mark_now(plan)?;
     crate::sql::grouping_sets::expand(state.optimize(&plan)?)
 }
 
