@@ -42,20 +42,27 @@ impl Hold {
         })
     }
 
-    /// Send rows (encoded, with their counts) downstream.
     fn send(&self, rows: Vec<(Vec<u8>, i64)>, cx: &mut Context<'_>) -> Result<()> {
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let parser = self.rows.parser();
-        let columns = self
-            .rows
-            .convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-        let diffs = Int64Array::from_iter_values(rows.iter().map(|(_, c)| *c));
-        cx.emit(ChangeBatch::new(batch, diffs)?);
-        Ok(())
+        send_rows(&self.rows, &self.schema, rows, cx)
     }
+}
+
+/// Send rows (in `converter`'s row format, with their counts) downstream.
+pub(super) fn send_rows(
+    converter: &RowConverter,
+    schema: &SchemaRef,
+    rows: Vec<(Vec<u8>, i64)>,
+    cx: &mut Context<'_>,
+) -> Result<()> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let parser = converter.parser();
+    let columns = converter.convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    let diffs = Int64Array::from_iter_values(rows.iter().map(|(_, c)| *c));
+    cx.emit(ChangeBatch::new(batch, diffs)?);
+    Ok(())
 }
 
 impl Operator for Hold {

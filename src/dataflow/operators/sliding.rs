@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
+use datafusion::arrow::array::Array;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::physical_expr::PhysicalExpr;
@@ -102,18 +102,8 @@ impl Sliding {
     }
 
     fn send(&self, rows: BTreeMap<Vec<u8>, i64>, cx: &mut Context<'_>) -> Result<()> {
-        let rows: Vec<(Vec<u8>, i64)> = rows.into_iter().filter(|(_, c)| *c != 0).collect();
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let parser = self.rows.parser();
-        let columns = self
-            .rows
-            .convert_rows(rows.iter().map(|(r, _)| parser.parse(r)))?;
-        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
-        let diffs = Int64Array::from_iter_values(rows.iter().map(|(_, c)| *c));
-        cx.emit(ChangeBatch::new(batch, diffs)?);
-        Ok(())
+        let rows = rows.into_iter().filter(|(_, c)| *c != 0).collect();
+        super::hold::send_rows(&self.rows, &self.schema, rows, cx)
     }
 }
 
