@@ -275,7 +275,7 @@ impl<'a> Planner<'a> {
                 for s in sliding {
                     let time = self.expr(&s.time, f.input.schema())?;
                     let schema = arrow_schema(&f.input);
-                    let filter = Sliding::new(time, s.keep_micros, s.inclusive, schema)?;
+                    let filter = Sliding::new(time, s.bound, schema)?;
                     node = self.push(Box::new(filter), vec![node]);
                 }
                 Ok(node)

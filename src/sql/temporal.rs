@@ -5,8 +5,9 @@
 //! DataFusion reads `now()` once, when it plans. So before a view's plan is
 //! optimized, `now()` in its filters becomes `weir_now()`, which DataFusion
 //! cannot fold; the view planner then takes each conjunct of the form
-//! `t > now() - d` (or `>=`, or written the other way round) out of the
-//! filter as a sliding filter, and refuses any other use (0A000).
+//! `t > now() - d` or `t < now() + d` (or `>=`, `<=`, or written the other
+//! way round; `BETWEEN now() - d AND now() + e` is both) out of the filter
+//! as a temporal filter, and refuses any other use (0A000).
 
 use std::sync::{Arc, LazyLock};
 
@@ -20,16 +21,16 @@ use datafusion::logical_expr::{
     ScalarUDFImpl, Signature, Volatility,
 };
 
+pub use crate::dataflow::operators::sliding::Bound;
 use crate::error::{Error, Result};
 
 const NAME: &str = "weir_now";
 
-/// One conjunct `time > now() - keep` (`>=` when `inclusive`).
+/// One conjunct that bounds a row's time by processing time.
 #[derive(Debug, Clone)]
 pub struct Sliding {
     pub time: Expr,
-    pub keep_micros: i64,
-    pub inclusive: bool,
+    pub bound: Bound,
 }
 
 /// `now()` in every filter of a view's plan made `weir_now()`.
@@ -85,30 +86,33 @@ fn as_sliding(conjunct: &Expr) -> Option<Sliding> {
     let Expr::BinaryExpr(BinaryExpr { left, op, right }) = conjunct else {
         return None;
     };
-    // `t > bound` and `bound < t` alike.
-    let (time, bound, inclusive) = match op {
-        Operator::Gt => (left, right, false),
-        Operator::GtEq => (left, right, true),
-        Operator::Lt => (right, left, false),
-        Operator::LtEq => (right, left, true),
+    // As `t <op> bound`, with now() in the bound only.
+    let (time, op, bound) = match (mentions_now(left), mentions_now(right)) {
+        (false, true) => (left, *op, right),
+        (true, false) => (right, op.swap()?, left),
         _ => return None,
     };
-    if mentions_now(time) {
-        return None;
-    }
-    let keep_micros = match strip_casts(bound) {
-        e if is_now(e) => 0,
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Minus,
-            right,
-        }) if is_now(strip_casts(left)) => micros_of(strip_casts(right))?,
+    let (shift_op, d) = match strip_casts(bound) {
+        e if is_now(e) => (None, 0),
+        Expr::BinaryExpr(BinaryExpr { left, op, right }) if is_now(strip_casts(left)) => {
+            (Some(*op), micros_of(strip_casts(right))?)
+        }
+        _ => return None,
+    };
+    let bound = match (op, shift_op) {
+        // t > now() - d: out once now() reaches t + d (one later for >=).
+        (Operator::Gt | Operator::GtEq, None | Some(Operator::Minus)) => Bound::Leaves {
+            shift: d + i64::from(op == Operator::GtEq),
+        },
+        // t < now() + d: in once now() reaches t - d (one later for <).
+        (Operator::Lt | Operator::LtEq, None | Some(Operator::Plus)) => Bound::Enters {
+            shift: d - i64::from(op == Operator::Lt),
+        },
         _ => return None,
     };
     Some(Sliding {
         time: time.as_ref().clone(),
-        keep_micros,
-        inclusive,
+        bound,
     })
 }
 

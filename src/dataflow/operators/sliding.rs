@@ -1,11 +1,13 @@
-//! A temporal filter, `WHERE t > now() - keep`: a row is in while the
-//! processing time of the epoch is before `t + keep`, and is retracted at
-//! the first epoch at or after it. Rows are judged at the end of the epoch
-//! that brings them, against that epoch's time, so a replayed epoch judges
-//! them alike.
+//! A temporal filter. `WHERE t > now() - d`: a row is in while the
+//! processing time of the epoch is before `t + d`, and is retracted at the
+//! first epoch at or after it. `WHERE t < now() + d`: a row is held until
+//! the epoch's time reaches `t - d`, then sent, for good. Rows are judged at
+//! the end of the epoch that brings them, against that epoch's time, so a
+//! replayed epoch judges them alike.
 //!
 //! # State layout (under the operator's prefix)
-//! - time it leaves (i64, order-preserving) ++ row (row format) -> count (i64 LE)
+//! - time it leaves or enters (i64, order-preserving) ++ row (row format)
+//!   -> count (i64 LE): the rows in, or the rows waiting
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -21,12 +23,19 @@ use crate::dataflow::state::read_count;
 use crate::error::Result;
 use crate::state::keys::{ordered, prefix_end};
 
+/// When a row is in, as a shift of its time, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// `t > now() - d`: in from the start, out once now() reaches `t + shift`.
+    Leaves { shift: i64 },
+    /// `t < now() + d`: in once now() reaches `t - shift`, for good.
+    Enters { shift: i64 },
+}
+
 pub struct Sliding {
     /// Each row's time, as the filter compares it.
     time: Arc<dyn PhysicalExpr>,
-    /// How long after its time a row stays in, in microseconds; one more
-    /// for `>=`, where the boundary itself is still in.
-    keep_micros: i64,
+    bound: Bound,
     schema: SchemaRef,
     rows: RowConverter,
     /// This epoch's changes, judged at its barrier.
@@ -34,12 +43,7 @@ pub struct Sliding {
 }
 
 impl Sliding {
-    pub fn new(
-        time: Arc<dyn PhysicalExpr>,
-        keep_micros: i64,
-        inclusive: bool,
-        schema: SchemaRef,
-    ) -> Result<Sliding> {
+    pub fn new(time: Arc<dyn PhysicalExpr>, bound: Bound, schema: SchemaRef) -> Result<Sliding> {
         let fields = schema
             .fields()
             .iter()
@@ -47,14 +51,23 @@ impl Sliding {
             .collect();
         Ok(Sliding {
             time,
-            keep_micros: keep_micros + i64::from(inclusive),
+            bound,
             rows: RowConverter::new(fields)?,
             schema,
             pending: Vec::new(),
         })
     }
 
-    /// Rows still in at `now` go on and are kept until they leave.
+    /// The time at which a row at `time` leaves or enters.
+    fn turn(&self, time: i64) -> i64 {
+        match self.bound {
+            Bound::Leaves { shift } => time.saturating_add(shift),
+            Bound::Enters { shift } => time.saturating_sub(shift),
+        }
+    }
+
+    /// This epoch's rows: those in at `now` go on, and each row that will
+    /// leave or enter later is kept under the time it does.
     fn admit(&mut self, now: i64, cx: &mut Context<'_>) -> Result<BTreeMap<Vec<u8>, i64>> {
         let mut out: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         for batch in std::mem::take(&mut self.pending) {
@@ -67,34 +80,45 @@ impl Sliding {
                 if times.is_null(i) {
                     continue;
                 }
-                let leaves = times.value(i).saturating_add(self.keep_micros);
-                // Out already: if it was in, its leaving took it back.
-                if leaves <= now {
-                    continue;
-                }
+                let turn = self.turn(times.value(i));
                 let row = encoded.row(i).as_ref().to_vec();
-                *out.entry(row.clone()).or_default() += diff;
-                let key = cx.key(&[ordered(leaves).as_slice(), &row].concat());
+                let passed = turn <= now;
+                match self.bound {
+                    // Out already: if it was in, its leaving took it back.
+                    Bound::Leaves { .. } if passed => continue,
+                    Bound::Leaves { .. } => *out.entry(row.clone()).or_default() += diff,
+                    // In already, for good: a retraction goes on too.
+                    Bound::Enters { .. } if passed => {
+                        *out.entry(row).or_default() += diff;
+                        continue;
+                    }
+                    Bound::Enters { .. } => {}
+                }
+                let key = cx.key(&[ordered(turn).as_slice(), &row].concat());
                 cx.state.add_count(key, *diff)?;
             }
         }
         Ok(out)
     }
 
-    /// Rows whose time to leave has come, taken back.
-    fn expire(
+    /// Rows whose time to leave (taken back) or enter (sent) has come.
+    fn turn_due(
         &self,
         now: i64,
         out: &mut BTreeMap<Vec<u8>, i64>,
         cx: &mut Context<'_>,
     ) -> Result<()> {
+        let sign = match self.bound {
+            Bound::Leaves { .. } => -1,
+            Bound::Enters { .. } => 1,
+        };
         let lower = cx.prefix.to_vec();
         let upper = cx.key(&ordered(now.saturating_add(1)));
         let upper = upper.min(prefix_end(cx.prefix));
         for (key, value) in cx.state.scan(&lower, &upper)? {
             let count = read_count(&value)?;
             if count != 0 {
-                *out.entry(key[cx.prefix.len() + 8..].to_vec()).or_default() -= count;
+                *out.entry(key[cx.prefix.len() + 8..].to_vec()).or_default() += sign * count;
             }
             cx.state.delete(key);
         }
@@ -113,7 +137,10 @@ impl Operator for Sliding {
     }
 
     fn describe(&self) -> String {
-        format!("{} + {} µs > now()", self.time, self.keep_micros)
+        match self.bound {
+            Bound::Leaves { shift } => format!("{} + {shift} µs > now()", self.time),
+            Bound::Enters { shift } => format!("{} - {shift} µs <= now()", self.time),
+        }
     }
 
     fn on_changes(
@@ -130,7 +157,7 @@ impl Operator for Sliding {
 
     fn on_barrier(&mut self, barrier: Barrier, cx: &mut Context<'_>) -> Result<()> {
         let mut out = self.admit(barrier.now, cx)?;
-        self.expire(barrier.now, &mut out, cx)?;
+        self.turn_due(barrier.now, &mut out, cx)?;
         self.send(out, cx)
     }
 }
