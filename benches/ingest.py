@@ -291,6 +291,18 @@ class WeirNode:
         return psycopg.connect(f"host=127.0.0.1 port={self.port} user=weir dbname=weir",
                                autocommit=True, connect_timeout=5)
 
+    @staticmethod
+    def wait_for_generators(conn, poll: float) -> None:
+        """Until every bounded generator source shows `finished`; one that
+        failed ends the run."""
+        while True:
+            states = [row[2] for row in conn.execute("SHOW SOURCES").fetchall()]
+            if all(s == "finished" for s in states):
+                return
+            if any(s.startswith("failed") for s in states):
+                raise SystemExit(f"a generator failed: {states}")
+            time.sleep(poll)
+
 
 class Server:
     key = ""  # "weir" or "pg"

@@ -136,14 +136,7 @@ def duckdb_sql(query: str) -> str:
     hop = (f"(SELECT *, {bucket(2)} - INTERVAL (2 * k) SECOND AS window_start, "
            f"{bucket(2)} - INTERVAL (2 * k) SECOND + INTERVAL '10 seconds' AS window_end "
            f"FROM bid CROSS JOIN range(5) AS shifts(k))")
-    if query == "q5":
-        return _q5(hop)
-    if query == "q7":
-        return _q7(tumble)
-    if query == "q7_tumble":
-        return (f"SELECT window_start, window_end, max(price) AS maxprice FROM {tumble} "
-                f"GROUP BY window_start, window_end")
-    raise KeyError(query)
+    return _windowed(query, tumble, hop)
 
 
 # --------------------------------------------------------------------------

@@ -173,13 +173,7 @@ def generate(args, data: str) -> dict:
                 f"CREATE SOURCE bid WITH (connector = 'nexmark', nexmark.table.type = 'Bid', "
                 f"nexmark.event.num = '{args.events}', nexmark.base.time = '{BASE_TIME}', "
                 f"nexmark.split.num = '1')")
-            while True:
-                states = [row[2] for row in conn.execute("SHOW SOURCES").fetchall()]
-                if all(s == "finished" for s in states):
-                    break
-                if any(s.startswith("failed") for s in states):
-                    raise SystemExit(f"the generator failed: {states}")
-                time.sleep(0.1)
+            node.wait_for_generators(conn, 0.1)
             conn.execute("FLUSH")
             rows = conn.execute("SELECT count(*) FROM bid").fetchone()[0]
             tmp = os.path.join(data, "bid.csv.tmp")

@@ -126,13 +126,7 @@ def generate(weir: Weir, events: int, splits: int, watermarks: bool) -> dict:
                 f"WITH (connector = 'nexmark', nexmark.table.type = '{kind}', "
                 f"nexmark.event.num = '{events}', nexmark.base.time = '{BASE_TIME}', "
                 f"nexmark.split.num = '{splits}')")
-        while True:
-            states = [row[2] for row in conn.execute("SHOW SOURCES").fetchall()]
-            if all(s == "finished" for s in states):
-                break
-            if any(s.startswith("failed") for s in states):
-                raise SystemExit(f"a generator failed: {states}")
-            time.sleep(0.05)
+        weir.wait_for_generators(conn, 0.05)
         conn.execute("FLUSH")
         seconds, cpu = time.perf_counter() - t0, cpu_seconds(weir.proc.pid) - cpu0
         rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}

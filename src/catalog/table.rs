@@ -318,6 +318,8 @@ pub struct Table {
     pub codec: RowCodec,
     /// The compiled `WATERMARK FOR` expression, if the table has one.
     watermark: Option<Arc<dyn PhysicalExpr>>,
+    /// The column the watermark rises with, if it is that column shifted.
+    rising: Option<usize>,
 }
 
 /// Compile a watermark expression over a table's columns; it must yield a timestamp.
@@ -379,12 +381,14 @@ impl Table {
             Some(w) => Some(watermark_expr(&schema, &w.expr)?),
             None => None,
         };
+        let rising = watermark.as_ref().and_then(rising_column);
         Ok(Table {
             def,
             schema,
             nullable_schema,
             codec,
             watermark,
+            rising,
         })
     }
 
@@ -402,7 +406,7 @@ impl Table {
         for batch in batches {
             // `ts - INTERVAL 'd'` only grows with `ts`: its largest value is
             // at the row of the largest `ts`, so only that row is computed.
-            let rows = match rising_column(expr) {
+            let rows = match self.rising {
                 Some(column) => match latest_row(batch.column(column))? {
                     Some(row) => batch.slice(row, 1),
                     None => continue,

@@ -13,7 +13,7 @@ use std::sync::{Arc, LazyLock};
 
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Result as DfResult, ScalarValue, exec_err};
+use datafusion::common::{Result as DfResult, exec_err};
 use datafusion::logical_expr::expr::ScalarFunction;
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
@@ -22,6 +22,7 @@ use datafusion::logical_expr::{
 };
 
 pub use crate::dataflow::operators::sliding::Bound;
+use crate::dataflow::window::day_time_micros;
 use crate::error::{Error, Result};
 
 const NAME: &str = "weir_now";
@@ -134,16 +135,7 @@ fn micros_of(expr: &Expr) -> Option<i64> {
     let Expr::Literal(value, _) = expr else {
         return None;
     };
-    match value {
-        ScalarValue::IntervalMonthDayNano(Some(i)) if i.months == 0 => {
-            Some(i64::from(i.days) * 86_400_000_000 + i.nanoseconds / 1_000)
-        }
-        ScalarValue::IntervalDayTime(Some(i)) => {
-            Some(i64::from(i.days) * 86_400_000_000 + i64::from(i.milliseconds) * 1_000)
-        }
-        _ => None,
-    }
-    .filter(|micros| *micros >= 0)
+    day_time_micros(value).filter(|micros| *micros >= 0)
 }
 
 /// `weir_now()`: `now()` in a view's filter, which only the view planner

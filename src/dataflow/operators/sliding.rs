@@ -81,21 +81,22 @@ impl Sliding {
                     continue;
                 }
                 let turn = self.turn(times.value(i));
-                let row = encoded.row(i).as_ref().to_vec();
                 let passed = turn <= now;
-                match self.bound {
-                    // Out already: if it was in, its leaving took it back.
-                    Bound::Leaves { .. } if passed => continue,
-                    Bound::Leaves { .. } => *out.entry(row.clone()).or_default() += diff,
-                    // In already, for good: a retraction goes on too.
-                    Bound::Enters { .. } if passed => {
-                        *out.entry(row).or_default() += diff;
-                        continue;
-                    }
-                    Bound::Enters { .. } => {}
+                let leaves = matches!(self.bound, Bound::Leaves { .. });
+                // Out already: if it was in, its leaving took it back.
+                if leaves && passed {
+                    continue;
                 }
-                let key = cx.key(&[ordered(turn).as_slice(), &row].concat());
-                cx.state.add_count(key, *diff)?;
+                let row = encoded.row(i).as_ref().to_vec();
+                // In now (a retraction too): it goes on.
+                if leaves || passed {
+                    *out.entry(row.clone()).or_default() += diff;
+                }
+                // It leaves or enters later: kept under that time.
+                if !passed {
+                    let key = cx.key(&[ordered(turn).as_slice(), &row].concat());
+                    cx.state.add_count(key, *diff)?;
+                }
             }
         }
         Ok(out)
