@@ -54,6 +54,14 @@ pub enum Error {
     DatatypeMismatch(String),
     #[error("{0}")]
     InsufficientPrivilege(String),
+    /// A privilege the object cannot have (`GRANT CREATE ON TABLE t`).
+    #[error("{0}")]
+    InvalidGrantOperation(String),
+    #[error("schema \"{0}\" does not exist")]
+    UndefinedSchema(String),
+    /// A name kept for the system (`CREATE ROLE public`).
+    #[error("{0}")]
+    ReservedName(String),
     #[error("{0}")]
     DiskFull(String),
     #[error("{0}")]
@@ -191,6 +199,9 @@ impl Error {
             Error::WrongObjectType(_) => "42809",
             Error::DatatypeMismatch(_) => "42804",
             Error::InsufficientPrivilege(_) => "42501",
+            Error::InvalidGrantOperation(_) => "0LP01",
+            Error::UndefinedSchema(_) => "3F000",
+            Error::ReservedName(_) => "42939",
             Error::DiskFull(_) => "53100",
             Error::InvalidParameter(_) => "22023",
             Error::PrerequisiteState(_) => "55000",

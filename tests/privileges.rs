@@ -66,6 +66,25 @@ async fn a_role_reads_and_writes_what_it_was_granted_and_no_more() {
         mv
     );
     alice.batch_execute("ROLLBACK").await.expect("rollback");
+    // As in PostgreSQL 15, creating needs CREATE on schema public.
+    let schema = refusal("permission denied for schema public");
+    assert_eq!(
+        denied(&alice, "CREATE TABLE notes (n BIGINT)").await,
+        schema
+    );
+    assert_eq!(
+        denied(&alice, "CREATE VIEW mine AS SELECT 1 AS one").await,
+        schema
+    );
+    assert_eq!(
+        denied(&alice, "GRANT CREATE ON SCHEMA public TO alice").await,
+        refusal("must be owner of schema public")
+    );
+    admin
+        .batch_execute("GRANT CREATE ON SCHEMA public TO alice")
+        .await
+        .expect("grant create");
+
     // A view over what she cannot read is refused when she creates it.
     assert_eq!(
         denied(&alice, "CREATE VIEW mine AS SELECT * FROM t").await,
@@ -138,6 +157,64 @@ async fn a_role_reads_and_writes_what_it_was_granted_and_no_more() {
         .batch_execute("DROP TABLE notes; DROP ROLE alice")
         .await
         .expect("then it goes");
+}
+
+#[tokio::test]
+async fn public_reaches_every_role_and_the_schema_can_be_closed() {
+    let mut server = TestServer::start_with_env(&[], &[("WEIR_PASSWORD", PASSWORD)]);
+    let admin = login(server.port, "weir", PASSWORD).await;
+    admin
+        .batch_execute(
+            "CREATE TABLE t (v BIGINT);
+             INSERT INTO t VALUES (1);
+             CREATE MATERIALIZED VIEW mv AS SELECT count(*) AS n FROM t;
+             CREATE USER bob PASSWORD 'bob-pw';
+             FLUSH",
+        )
+        .await
+        .expect("setup");
+    let bob = login(server.port, "bob", "bob-pw").await;
+    assert_eq!(
+        denied(&bob, "SELECT * FROM t").await,
+        refusal("permission denied for table t")
+    );
+
+    admin
+        .batch_execute("GRANT SELECT ON t TO PUBLIC")
+        .await
+        .expect("grant to PUBLIC");
+    assert_eq!(common::text_rows(&bob, "SELECT v FROM t").await, ["1"]);
+    assert_eq!(
+        denied(&bob, "SELECT * FROM mv").await,
+        refusal("permission denied for materialized view mv")
+    );
+
+    admin
+        .batch_execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO bob")
+        .await
+        .expect("grant on every relation");
+    assert_eq!(common::text_rows(&bob, "SELECT n FROM mv").await, ["1"]);
+
+    // Without USAGE on the schema nothing in it can be read.
+    admin
+        .batch_execute("REVOKE USAGE ON SCHEMA public FROM PUBLIC")
+        .await
+        .expect("revoke usage");
+    let schema = refusal("permission denied for schema public");
+    assert_eq!(denied(&bob, "SELECT v FROM t").await, schema);
+    assert_eq!(denied(&bob, "COPY (SUBSCRIBE mv) TO STDOUT").await, schema);
+    admin
+        .batch_execute("GRANT USAGE ON SCHEMA public TO bob")
+        .await
+        .expect("grant usage");
+    assert_eq!(common::text_rows(&bob, "SELECT v FROM t").await, ["1"]);
+
+    // The schema's grants outlive a restart.
+    drop((admin, bob));
+    server.restart();
+    let bob = login(server.port, "bob", "bob-pw").await;
+    assert_eq!(common::text_rows(&bob, "SELECT v FROM t").await, ["1"]);
+    assert_eq!(denied(&bob, "CREATE TABLE mine (v BIGINT)").await, schema);
 }
 
 #[tokio::test]

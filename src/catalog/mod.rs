@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
-pub use acl::{Acl, Privilege};
+pub use acl::{Acl, PUBLIC, Privilege};
 pub use comment::CommentKey;
 pub use connector::{
     CONNECTORS, ConnectorDef, ConnectorKind, Encoding, Format, Include, Metadata, REDACTED,
@@ -305,8 +305,21 @@ struct Inner {
     roles: BTreeMap<String, RoleDef>,
     /// Owners and grants, by relation id.
     acls: BTreeMap<u64, Acl>,
+    /// Who may use and create in schema `public`.
+    schema_acl: Acl,
     next_id: u64,
 }
+
+/// Schema `public` as PostgreSQL 15 makes it: every role may use it, only
+/// its owner (the bootstrap superuser) and those granted CREATE create in it.
+fn default_schema_acl() -> Acl {
+    let mut acl = Acl::default();
+    acl.grant(PUBLIC, &[Privilege::Usage]);
+    acl
+}
+
+/// Where schema `public`'s privileges are kept, once granted or revoked.
+const SCHEMA_ACL_KEY: &[u8] = b"schema\x00public";
 
 fn acl_key(id: u64) -> Vec<u8> {
     [ACL_PREFIX, &id.to_be_bytes()].concat()
@@ -403,6 +416,11 @@ impl Catalog {
                 .map_err(|e| Error::Internal(format!("unreadable privileges entry: {e}")))?;
             inner.acls.insert(u64::from_be_bytes(id), acl);
         }
+        inner.schema_acl = match db.get_cf(cf(&db, CF_CATALOG), SCHEMA_ACL_KEY)? {
+            Some(value) => serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable schema privileges: {e}")))?,
+            None => default_schema_acl(),
+        };
         inner.comments = comment::load(&db)?;
         Ok(Catalog {
             db,
@@ -602,6 +620,25 @@ impl Catalog {
         Ok(())
     }
 
+    /// Who may use and create in schema `public`.
+    pub fn schema_acl(&self) -> Acl {
+        self.read().schema_acl.clone()
+    }
+
+    pub fn set_schema_acl(&self, acl: Acl) -> Result<()> {
+        let mut inner = self.write();
+        let json = serde_json::to_vec(&acl)
+            .map_err(|e| Error::Internal(format!("cannot serialise privileges: {e}")))?;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            SCHEMA_ACL_KEY,
+            json,
+            &sync_write(),
+        )?;
+        inner.schema_acl = acl;
+        Ok(())
+    }
+
     /// Names of the relations `role` owns.
     pub fn owned_by(&self, role: &str) -> Vec<String> {
         let inner = self.read();
@@ -625,6 +662,11 @@ impl Catalog {
         for (id, mut acl) in granted {
             acl.revoke(role, &Privilege::ALL);
             self.set_acl(id, acl)?;
+        }
+        let mut schema = self.schema_acl();
+        if schema.grants.contains_key(role) {
+            schema.revoke(role, &Privilege::ALL_ON_SCHEMA);
+            self.set_schema_acl(schema)?;
         }
         Ok(())
     }

@@ -24,7 +24,11 @@ pub fn check(engine: &Engine, user: &str, name: &str, privilege: Privilege) -> R
     let Some(object) = engine.catalog.get(name) else {
         return Ok(());
     };
-    if allowed(engine, user, &object, privilege) {
+    if is_superuser(engine, user) {
+        return Ok(());
+    }
+    check_schema(engine, user, Privilege::Usage)?;
+    if engine.catalog.acl(object.id()).allows(user, privilege) {
         return Ok(());
     }
     Err(Error::InsufficientPrivilege(format!(
@@ -33,8 +37,23 @@ pub fn check(engine: &Engine, user: &str, name: &str, privilege: Privilege) -> R
     )))
 }
 
-fn allowed(engine: &Engine, user: &str, object: &Object, privilege: Privilege) -> bool {
-    is_superuser(engine, user) || engine.catalog.acl(object.id()).allows(user, privilege)
+/// Fail with 42501 unless `user` may create relations: CREATE on schema
+/// `public`, which PostgreSQL 15 grants to no one but its owner by default.
+pub fn check_create(engine: &Engine, user: &str) -> Result<()> {
+    if is_superuser(engine, user) {
+        return Ok(());
+    }
+    check_schema(engine, user, Privilege::Usage)?;
+    check_schema(engine, user, Privilege::Create)
+}
+
+fn check_schema(engine: &Engine, user: &str, privilege: Privilege) -> Result<()> {
+    if engine.catalog.schema_acl().allows(user, privilege) {
+        return Ok(());
+    }
+    Err(Error::InsufficientPrivilege(
+        "permission denied for schema public".into(),
+    ))
 }
 
 /// PostgreSQL's word for a relation in "permission denied for ...".

@@ -35,7 +35,7 @@ pub use precedence::fix_distinct_from;
 pub use comment::Comment;
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
-pub use grant::Grant;
+pub use grant::{Grant, GrantOn};
 pub use role::RoleOptions;
 
 /// One parsed statement.

@@ -33,6 +33,7 @@ pub async fn dispatch(
 ) -> Result<Output> {
     match statement {
         Statement::CreateTable(create) => {
+            privileges::check_create(engine, &session.user)?;
             let name = create.name.clone();
             let created = engine.catalog.get(&name).is_none();
             let output = ddl::create_table(engine, session, create).await?;
@@ -52,6 +53,7 @@ pub async fn dispatch(
             ddl::drop(engine, session, drop).await
         }
         Statement::CreateSink(create) => {
+            privileges::check_create(engine, &session.user)?;
             privileges::check(engine, &session.user, &create.from, Privilege::Select)?;
             connector::create_sink(engine, session, create).await
         }
@@ -114,6 +116,7 @@ pub async fn dispatch(
             retention,
             if_not_exists,
         } => {
+            privileges::check_create(engine, &session.user)?;
             privileges::check(engine, &session.user, &from, Privilege::Select)?;
             subscribe::create_subscription(engine, session, name, from, retention, if_not_exists)
         }
@@ -129,6 +132,7 @@ pub async fn dispatch(
             Ok(output)
         }
         Statement::CreateView(create) => {
+            privileges::check_create(engine, &session.user)?;
             privileges::check_query(engine, &session.user, &create.query)?;
             let name = create.name.clone();
             let created = engine.catalog.get(&name).is_none();
@@ -137,6 +141,7 @@ pub async fn dispatch(
             Ok(output)
         }
         Statement::CreateLogicalView(create) => {
+            privileges::check_create(engine, &session.user)?;
             privileges::check_query(engine, &session.user, &create.query)?;
             let name = create.name.clone();
             let created = engine.catalog.get(&name).is_none();

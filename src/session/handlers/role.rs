@@ -17,6 +17,7 @@ pub fn is_superuser(engine: &Engine, user: &str) -> bool {
 }
 
 pub fn create(engine: &Engine, session: &Session, options: RoleOptions) -> Result<Output> {
+    check_name(&options.name)?;
     if !is_superuser(engine, &session.user) {
         return Err(Error::InsufficientPrivilege(
             "permission denied to create role".into(),
@@ -37,6 +38,17 @@ pub fn create(engine: &Engine, session: &Session, options: RoleOptions) -> Resul
         verifier,
     })?;
     Ok(Output::command("CREATE ROLE"))
+}
+
+/// PUBLIC names every role in grants; PostgreSQL keeps `none` and names
+/// starting with `pg_` too.
+fn check_name(name: &str) -> Result<()> {
+    if name == crate::catalog::PUBLIC || name == "none" || name.starts_with("pg_") {
+        return Err(Error::ReservedName(format!(
+            "role name \"{name}\" is reserved"
+        )));
+    }
+    Ok(())
 }
 
 pub fn alter(engine: &Engine, session: &Session, options: RoleOptions) -> Result<Output> {

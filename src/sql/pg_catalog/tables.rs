@@ -21,7 +21,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_pg_catalog::pg_catalog::context::{PgCatalogContextProvider, Role};
 
 use super::{PG_CLASS_OID, ROLE, ROLE_OID, keys};
-use crate::catalog::{Catalog, Emit, Object, is_secret};
+use crate::catalog::{Catalog, Emit, Object, Privilege, is_secret};
 
 /// The roles the crate's own tables see: `weir`, a superuser.
 #[derive(Debug, Clone)]
@@ -583,8 +583,40 @@ impl Computed {
                     None => Ok(new_null_array(field.data_type(), rows.num_rows())),
                 }
             })
-            .collect::<DfResult<_>>()?;
+            .collect::<DfResult<Vec<ArrayRef>>>()?;
+        let mut columns = columns;
+        if table == "pg_namespace" {
+            let acl = self.schema.index_of("nspacl")?;
+            columns[acl] = self.namespace_acls(&rows, &columns[acl])?;
+        }
         Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
+
+    /// Schema `public`'s grants, as `\dn+` shows them; other schemas as
+    /// the crate has them.
+    fn namespace_acls(&self, namespaces: &RecordBatch, acls: &ArrayRef) -> DfResult<ArrayRef> {
+        let items = self
+            .catalog
+            .schema_acl()
+            .items_with("pg_database_owner", &Privilege::ALL_ON_SCHEMA);
+        let lists = acls.as_list_opt::<i32>();
+        let rows = strings(namespaces, "nspname")?
+            .iter()
+            .enumerate()
+            .map(|(row, name)| match (name, lists) {
+                (Some("public"), _) => Some(items.clone()),
+                (_, Some(lists)) if lists.is_valid(row) => Some(
+                    lists
+                        .value(row)
+                        .as_string::<i32>()
+                        .iter()
+                        .map(|item| item.unwrap_or_default().to_string())
+                        .collect(),
+                ),
+                _ => None,
+            })
+            .collect();
+        Ok(Arc::new(text_lists(rows)))
     }
 
     /// `boot_val`, which psql's `\dconfig` compares with the setting.
