@@ -59,6 +59,9 @@ pub enum Error {
     InvalidGrantOperation(String),
     #[error("schema \"{0}\" does not exist")]
     UndefinedSchema(String),
+    /// A statement that cannot run inside `BEGIN ... COMMIT`.
+    #[error("{0}")]
+    ActiveTransaction(String),
     /// A name kept for the system (`CREATE ROLE public`).
     #[error("{0}")]
     ReservedName(String),
@@ -201,6 +204,7 @@ impl Error {
             Error::InsufficientPrivilege(_) => "42501",
             Error::InvalidGrantOperation(_) => "0LP01",
             Error::UndefinedSchema(_) => "3F000",
+            Error::ActiveTransaction(_) => "25001",
             Error::ReservedName(_) => "42939",
             Error::DiskFull(_) => "53100",
             Error::InvalidParameter(_) => "22023",

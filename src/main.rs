@@ -193,7 +193,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         data_dir = %config.data_dir.display(),
         "weir is ready"
     );
-    let http = tokio::spawn(weir::server::http::run(engine.clone(), http));
+    let http_tls = weir::server::http_tls(&config).context("cannot set up TLS")?;
+    let http = tokio::spawn(weir::server::http::run(engine.clone(), http, http_tls));
     weir::server::run(engine, listener, shutdown_signal()).await?;
     http.abort();
     let _ = http.await;

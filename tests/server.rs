@@ -434,7 +434,9 @@ async fn prepared_statements_take_parameters() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compacting_the_store_keeps_every_row_and_wants_post() {
+async fn vacuum_compacts_the_store_and_keeps_every_row() {
+    use futures::StreamExt;
+    use std::sync::Arc;
     let server = TestServer::start();
     let client = server.connect().await;
     client
@@ -443,16 +445,73 @@ async fn compacting_the_store_keeps_every_row_and_wants_post() {
              INSERT INTO gone SELECT value FROM generate_series(1, 2000);
              CREATE TABLE kept (id BIGINT PRIMARY KEY);
              INSERT INTO kept SELECT value FROM generate_series(1, 3000);
+             CREATE VIEW names AS SELECT id FROM kept;
              DROP TABLE gone;",
         )
         .await
         .expect("setup");
-    let refused = server.http("GET", "/compact").await;
-    assert!(refused.starts_with("HTTP/1.1 405"), "{refused}");
-    let done = server.http("POST", "/compact").await;
-    assert!(done.starts_with("HTTP/1.1 200"), "{done}");
-    assert!(done.contains("compacted in"), "{done}");
+    client.batch_execute("VACUUM").await.expect("vacuum");
+    // Compaction writes what the memtables held into table files.
+    let tables = std::fs::read_dir(server.data_dir().join("db"))
+        .expect("data directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".sst"))
+        .count();
+    assert!(tables > 0, "no table files after VACUUM");
+    let notices = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (logged, connection) = {
+        let notices = notices.clone();
+        let (client, mut connection) =
+            tokio_postgres::connect(&server.connection_string(), tokio_postgres::NoTls)
+                .await
+                .expect("connect");
+        let stream = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        let forward = stream.for_each(move |message| {
+            if let Ok(tokio_postgres::AsyncMessage::Notice(n)) = message {
+                notices.lock().expect("lock").push(n.message().to_string());
+            }
+            futures::future::ready(())
+        });
+        (client, forward)
+    };
+    tokio::spawn(connection);
+    logged
+        .batch_execute("VACUUM (FULL, ANALYZE) kept, names")
+        .await
+        .expect("vacuum a table and a view");
+    assert_eq!(
+        *notices.lock().expect("lock"),
+        ["skipping \"names\" --- cannot vacuum non-tables or special system tables"]
+    );
     assert_eq!(count(&client, "SELECT count(*) FROM kept").await, 3000);
+    for (sql, code) in [
+        ("VACUUM nosuch", "42P01"),
+        ("VACUUM (BOGUS) kept", "42601"),
+        ("BEGIN; VACUUM", "25001"),
+    ] {
+        let e = client.batch_execute(sql).await.expect_err(sql);
+        assert_eq!(e.code().map(|c| c.code()), Some(code), "{sql}: {e}");
+    }
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_port_is_read_only() {
+    let server = TestServer::start();
+    for (method, path) in [
+        ("POST", "/compact"),
+        ("POST", "/metrics"),
+        ("PUT", "/state"),
+    ] {
+        let answer = server.http(method, path).await;
+        let expected = if path == "/compact" { "404" } else { "405" };
+        assert!(
+            answer.starts_with(&format!("HTTP/1.1 {expected}")),
+            "{method} {path}: {answer}"
+        );
+    }
+    let refused = server.http("DELETE", "/metrics").await;
+    assert!(refused.contains("Allow: GET"), "{refused}");
 }
 
 async fn metrics(server: &TestServer) -> String {

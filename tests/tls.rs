@@ -1,5 +1,6 @@
 //! TLS on the pgwire port, checked with psql: a certificate made by the
-//! openssl command, `sslmode=require` and `sslmode=disable`.
+//! openssl command, `sslmode=require`, `verify-full` and `disable`; and on
+//! the HTTP port, checked with curl.
 
 mod common;
 
@@ -16,7 +17,13 @@ fn certificate(dir: &Path) -> (String, String) {
         .args([
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
         ])
-        .args(["-subj", "/CN=localhost", "-keyout"])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
         .arg(&key)
         .arg("-out")
         .arg(&cert)
@@ -32,10 +39,13 @@ fn psql(port: u16, sslmode: &str, sql: &str) -> (bool, String) {
 }
 
 fn psql_with_password(port: u16, sslmode: &str, sql: &str, password: &str) -> (bool, String) {
+    let conninfo = format!("host=127.0.0.1 port={port} user=weir dbname=weir sslmode={sslmode}");
+    psql_conninfo(&conninfo, sql, password)
+}
+
+fn psql_conninfo(conninfo: &str, sql: &str, password: &str) -> (bool, String) {
     let output = Command::new("psql")
-        .arg(format!(
-            "host=127.0.0.1 port={port} user=weir dbname=weir sslmode={sslmode}"
-        ))
+        .arg(conninfo)
         .args(["-X", "-A", "-t", "-c", sql])
         .env("PGCONNECT_TIMEOUT", "10")
         .env("PGPASSWORD", password)
@@ -165,4 +175,91 @@ fn a_missing_certificate_stops_the_start() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("cannot read certificates"), "{stderr}");
+}
+
+#[test]
+fn verify_full_checks_the_certificate_and_the_host_name() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = certificate(dir.path());
+    let other = tempfile::tempdir().expect("temp dir");
+    let (stranger, _) = certificate(other.path());
+    let args = [
+        "--tls-cert".to_string(),
+        cert.clone(),
+        "--tls-key".to_string(),
+        key,
+    ];
+    let server = TestServer::start_with(&args);
+    let verified = |host: &str, root: &str| {
+        let conninfo = format!(
+            "host={host} port={} user=weir dbname=weir sslmode=verify-full sslrootcert={root}",
+            server.port
+        );
+        psql_conninfo(&conninfo, "SELECT 1", "")
+    };
+    let (ok, out) = verified("localhost", &cert);
+    assert!(ok && out.trim() == "1", "{out}");
+    // The certificate names localhost, not the address.
+    let (ok, out) = verified("127.0.0.1", &cert);
+    assert!(!ok && out.contains("does not match host name"), "{out}");
+    // Another authority's certificate is not trusted.
+    let (ok, out) = verified("localhost", &stranger);
+    assert!(!ok && out.contains("certificate verify failed"), "{out}");
+}
+
+/// curl's status line and body for a GET on the HTTP port.
+fn curl(url: &str, cert: &str) -> String {
+    let output = Command::new("curl")
+        .args(["-s", "-i", "--max-time", "10", "--cacert", cert, url])
+        .output()
+        .expect("run curl");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn the_http_port_takes_the_same_certificate() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = certificate(dir.path());
+    let args = [
+        "--tls-cert".to_string(),
+        cert.clone(),
+        "--tls-key".to_string(),
+        key.clone(),
+    ];
+    let server = TestServer::start_with(&args);
+    let https = curl(
+        &format!("https://localhost:{}/metrics", server.http_port),
+        &cert,
+    );
+    assert!(
+        https.starts_with("HTTP/1.1 200") && https.contains("weir_statements_total"),
+        "{https}"
+    );
+    // Without --tls-required plain HTTP is still served, as plain pgwire is.
+    let plain = curl(
+        &format!("http://127.0.0.1:{}/metrics", server.http_port),
+        &cert,
+    );
+    assert!(plain.starts_with("HTTP/1.1 200"), "{plain}");
+
+    let required = TestServer::start_with(&[
+        "--tls-cert".to_string(),
+        cert.clone(),
+        "--tls-key".to_string(),
+        key,
+        "--tls-required".to_string(),
+    ]);
+    let plain = curl(
+        &format!("http://127.0.0.1:{}/metrics", required.http_port),
+        &cert,
+    );
+    assert!(
+        plain.starts_with("HTTP/1.1 403") && plain.contains("TLS is required"),
+        "{plain}"
+    );
+    let https = curl(
+        &format!("https://localhost:{}/metrics", required.http_port),
+        &cert,
+    );
+    assert!(https.starts_with("HTTP/1.1 200"), "{https}");
 }

@@ -19,8 +19,8 @@ One command:
      weir process (utime + stime from /proc), its peak resident set (VmHWM,
      reset before each run), the view's operator state entries (`GET
      /state`), and a checksum of the view's contents. The view is dropped
-     after each run. Before each run the store is compacted (`POST
-     /compact`, not timed), so no run pays for the generation's or a
+     after each run. Before each run the store is compacted
+     (`VACUUM`, not timed), so no run pays for the generation's or a
      dropped view's backlog; after `CREATE` returns, the CPU counts on
      until the node is idle, so each run pays for the flushes and
      compactions its own writes leave.
@@ -81,12 +81,11 @@ class Weir(ingest.WeirNode):
     """A weir node over one data directory, restarted between queries."""
 
     def compact(self) -> None:
-        """Compact the whole store (`POST /compact`), so that a run starts
-        with no backlog of flushes and compactions from the generation or a
-        dropped view that its own writes would set off and pay for."""
-        request = urllib.request.Request(f"http://127.0.0.1:{self.http_port}/compact", method="POST")
-        with urllib.request.urlopen(request, timeout=3600) as resp:
-            resp.read()
+        """Compact the whole store (`VACUUM`), so that a run starts with no
+        backlog of flushes and compactions from the generation or a dropped
+        view that its own writes would set off and pay for."""
+        with self.connect() as conn:
+            conn.execute("VACUUM")
 
     def settle(self, timeout: float = 300) -> None:
         """Wait until the node is idle (under 2% of a core for two

@@ -407,8 +407,12 @@ where
     C::Error: Debug,
     PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
 {
-    for message in session.notices.drain(..) {
-        let info = ErrorInfo::new("NOTICE".to_string(), "00000".to_string(), message);
+    for notice in session.notices.drain(..) {
+        let info = ErrorInfo::new(
+            notice.severity.to_string(),
+            notice.code.to_string(),
+            notice.message,
+        );
         client
             .feed(PgWireBackendMessage::NoticeResponse(NoticeResponse::from(
                 info,

@@ -1,77 +1,117 @@
-//! The HTTP endpoint: `GET /metrics` in Prometheus' text format;
-//! `GET /state`, which counts every view's operator state entries exactly
-//! (it walks the state, so it is for inspection, not for scraping); and
-//! `POST /compact`, which compacts the whole store and answers once it is
-//! done (after dropping large objects, or before a benchmark run).
+//! The HTTP endpoint, read-only: `GET /metrics` in Prometheus' text
+//! format, and `GET /state`, which counts every view's operator state
+//! entries exactly (it walks the state, so it is for inspection, not for
+//! scraping). What changes the node goes through pgwire, where roles are
+//! checked (`VACUUM` compacts the store).
+//!
+//! With `--tls-cert` the port speaks HTTPS with the pgwire port's
+//! certificate, and plain HTTP too unless `--tls-required`: a request that
+//! starts with a TLS handshake record gets TLS.
 //!
 //! One endpoint with fixed responses does not justify an HTTP framework's
 //! build time; this reads the request line and answers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
 
 use crate::session::Engine;
 
-pub async fn run(engine: Arc<Engine>, listener: TcpListener) {
+/// The first byte of a TLS handshake record.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// How long a client has to send its request, so that idle connections
+/// do not pile up.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How TLS is offered on the port.
+#[derive(Clone)]
+pub struct HttpTls {
+    pub acceptor: TlsAcceptor,
+    pub required: bool,
+}
+
+pub async fn run(engine: Arc<Engine>, listener: TcpListener, tls: Option<HttpTls>) {
     loop {
         let Ok((socket, _)) = listener.accept().await else {
             continue;
         };
         let engine = engine.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve(&engine, socket).await {
-                tracing::debug!(cause = %e, "http request failed");
+            match tokio::time::timeout(REQUEST_TIMEOUT, accept(&engine, socket, tls)).await {
+                Ok(Err(e)) => tracing::debug!(cause = %e, "http request failed"),
+                Err(_) => tracing::debug!("http request timed out"),
+                Ok(Ok(())) => {}
             }
         });
     }
 }
 
-async fn serve(engine: &Arc<Engine>, mut socket: TcpStream) -> std::io::Result<()> {
+async fn accept(engine: &Engine, socket: TcpStream, tls: Option<HttpTls>) -> std::io::Result<()> {
+    let Some(tls) = tls else {
+        return serve(engine, socket).await;
+    };
+    let mut first = [0u8; 1];
+    if socket.peek(&mut first).await? == 1 && first[0] == TLS_HANDSHAKE {
+        let stream = tls.acceptor.accept(socket).await?;
+        return serve(engine, stream).await;
+    }
+    if tls.required {
+        return respond(
+            socket,
+            "403 Forbidden",
+            "TLS is required: use https\n".to_string(),
+        )
+        .await;
+    }
+    serve(engine, socket).await
+}
+
+async fn serve<S>(engine: &Engine, mut socket: S) -> std::io::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut buffer = vec![0u8; 4096];
     let n = socket.read(&mut buffer).await?;
     let request = String::from_utf8_lossy(&buffer[..n]);
     let mut line = request.split_whitespace();
     let method = line.next().unwrap_or("GET");
     let path = line.next().unwrap_or("/");
-    let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", "text/plain; version=0.0.4", metrics(engine)),
-        ("GET", "/state") => ("200 OK", "text/plain; version=0.0.4", state_entries(engine)),
-        ("POST", "/compact") => compact(engine).await,
-        ("GET", "/") => ("200 OK", "text/plain", "weir: see /metrics\n".to_string()),
-        (_, "/metrics" | "/state" | "/compact" | "/") => (
+    let (status, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", metrics(engine)),
+        ("GET", "/state") => ("200 OK", state_entries(engine)),
+        ("GET", "/") => ("200 OK", "weir: see /metrics\n".to_string()),
+        (_, "/metrics" | "/state" | "/") => (
             "405 Method Not Allowed",
-            "text/plain",
-            "use GET for /metrics and /state, POST for /compact\n".to_string(),
+            "the HTTP endpoint is read-only: use GET\n".to_string(),
         ),
-        _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
+        _ => ("404 Not Found", "not found\n".to_string()),
+    };
+    respond(socket, status, body).await
+}
+
+async fn respond<S>(mut socket: S, status: &str, body: String) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
+    // Prometheus' text format is plain text with a version parameter.
+    let content_type = "text/plain; version=0.0.4";
+    let allow = if status.starts_with("405") {
+        "Allow: GET\r\n"
+    } else {
+        ""
     };
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n{body}",
         body.len()
     );
     socket.write_all(response.as_bytes()).await?;
     socket.shutdown().await
-}
-
-/// Compact the store on a blocking thread; the status and how long it took.
-async fn compact(engine: &Arc<Engine>) -> (&'static str, &'static str, String) {
-    let engine = engine.clone();
-    let started = std::time::Instant::now();
-    match tokio::task::spawn_blocking(move || engine.compact()).await {
-        Ok(()) => (
-            "200 OK",
-            "text/plain",
-            format!("compacted in {:.3} s\n", started.elapsed().as_secs_f64()),
-        ),
-        Err(e) => (
-            "500 Internal Server Error",
-            "text/plain",
-            format!("compaction failed: {e}\n"),
-        ),
-    }
 }
 
 /// Operator state entries per view, counted by walking the state family.

@@ -44,6 +44,20 @@ use crate::session::{Engine, Metrics};
 
 pub use handler::Handlers;
 
+/// The HTTP port's TLS: the pgwire port's certificate, when one is set.
+pub fn http_tls(config: &crate::config::Config) -> Result<Option<http::HttpTls>> {
+    config
+        .tls
+        .as_ref()
+        .map(|t| {
+            Ok(http::HttpTls {
+                acceptor: tls::acceptor(&t.cert, &t.key)?,
+                required: t.required,
+            })
+        })
+        .transpose()
+}
+
 /// Serve pgwire on `listener` until `shutdown` resolves, then stop accepting
 /// and give open connections a moment to finish their statements.
 pub async fn run(

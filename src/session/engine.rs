@@ -81,9 +81,14 @@ impl Engine {
         self.runtime.flush().await
     }
 
-    /// Compacts the store (POST /compact).
+    /// Compacts the whole store (`VACUUM` by a superuser).
     pub fn compact(&self) {
         self.store.compact()
+    }
+
+    /// Compacts one relation's rows, state and changelog (`VACUUM name`).
+    pub fn compact_relation(&self, table: &crate::catalog::Table) {
+        self.store.compact_relation(table.def.id, table.def.topic())
     }
 
     /// The operator state entries of each materialized view, by name.

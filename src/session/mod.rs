@@ -112,6 +112,14 @@ pub struct CopyIn {
     pub deadline: Option<std::time::Instant>,
 }
 
+/// A message for the client that is not an error.
+#[derive(Debug, Clone)]
+pub struct Notice {
+    pub severity: &'static str,
+    pub code: &'static str,
+    pub message: String,
+}
+
 /// One connection's state.
 #[derive(Debug, Default)]
 pub struct Session {
@@ -121,7 +129,7 @@ pub struct Session {
     pub variables: BTreeMap<String, String>,
     pub copy: Option<CopyIn>,
     /// Notices for the client, sent before the statement's result.
-    pub notices: Vec<String>,
+    pub notices: Vec<Notice>,
     /// Notices sent while a long statement runs (backfill progress).
     pub progress: Option<tokio::sync::mpsc::UnboundedSender<String>>,
     /// Open cursors, by name.
@@ -132,7 +140,20 @@ pub struct Session {
 
 impl Session {
     pub fn notice(&mut self, message: String) {
-        self.notices.push(message);
+        self.notices.push(Notice {
+            severity: "NOTICE",
+            code: "00000",
+            message,
+        });
+    }
+
+    /// A WARNING: the statement goes on, but did not do all it was asked.
+    pub fn warning(&mut self, code: &'static str, message: String) {
+        self.notices.push(Notice {
+            severity: "WARNING",
+            code,
+            message,
+        });
     }
 
     /// A notice the client sees at once, while the statement still runs.

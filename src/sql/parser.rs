@@ -27,6 +27,7 @@ mod role;
 mod setop;
 mod srf;
 mod using;
+mod vacuum;
 
 pub use depth::MAX_DEPTH;
 
@@ -109,6 +110,8 @@ pub enum Statement {
         names: Vec<String>,
         if_exists: bool,
     },
+    /// `VACUUM [name, ...]`: compact the store, or these relations.
+    Vacuum(Vec<String>),
     /// Recognised, but not built yet.
     Unsupported(String),
 }
@@ -228,6 +231,7 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
         ["FLUSH"] => Ok(Statement::Flush),
+        ["VACUUM", ..] => vacuum::vacuum(&tokens),
         ["ADVANCE", "CLOCK", "BY", ..] => {
             let mut parser = parser_after(&tokens, 3);
             let expr = parser.parse_expr()?;

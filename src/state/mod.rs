@@ -131,6 +131,21 @@ impl Store {
         }
     }
 
+    /// Compact one relation's keys: its rows and its operator state under
+    /// `id`, its changelog under `topic` (`VACUUM name`).
+    pub fn compact_relation(&self, id: u64, topic: u64) {
+        let ranges = [
+            (CF_ROWS, keys::table_prefix(id)),
+            (CF_STATE, keys::table_prefix(id)),
+            (CF_LOG, keys::table_prefix(topic)),
+        ];
+        for (name, prefix) in ranges {
+            let end = keys::prefix_end(&prefix);
+            self.db
+                .compact_range_cf(cf(&self.db, name), Some(&prefix), Some(&end));
+        }
+    }
+
     /// A consistent view of everything committed so far.
     pub fn read_view(&self) -> Arc<ReadView> {
         self.unapplied.settle_for_read(&self.db);

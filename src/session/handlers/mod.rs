@@ -13,6 +13,7 @@ pub mod query;
 pub mod role;
 pub mod show;
 pub mod subscribe;
+mod vacuum;
 
 use std::sync::Arc;
 
@@ -158,6 +159,7 @@ pub async fn dispatch(
         Statement::CreateRole(options) => role::create(engine, session, options),
         Statement::AlterRole(options) => role::alter(engine, session, options),
         Statement::DropRole { names, if_exists } => role::drop(engine, session, names, if_exists),
+        Statement::Vacuum(names) => vacuum::vacuum(engine, session, names).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
 }
@@ -261,6 +263,7 @@ pub async fn describe(
         | Statement::CreateRole(_)
         | Statement::AlterRole(_)
         | Statement::DropRole { .. }
+        | Statement::Vacuum(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

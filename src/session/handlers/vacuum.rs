@@ -1,0 +1,88 @@
+//! `VACUUM`: compacts the store, so that what deletes, updates and dropped
+//! objects left behind is gone from disk.
+//!
+//! A superuser's `VACUUM` compacts everything, any other role's the
+//! relations it owns; `VACUUM name` compacts that relation's rows, state
+//! and changelog. As in PostgreSQL, a relation the role does not own is
+//! skipped with a warning, not an error.
+
+use std::sync::Arc;
+
+use crate::catalog::{BOOTSTRAP_ROLE, Object, Table};
+use crate::error::{Error, Result};
+use crate::session::handlers::role::is_superuser;
+use crate::session::{Engine, Output, Session};
+
+pub async fn vacuum(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    names: Vec<String>,
+) -> Result<Output> {
+    if session.in_transaction {
+        return Err(Error::ActiveTransaction(
+            "VACUUM cannot run inside a transaction block".into(),
+        ));
+    }
+    let superuser = is_superuser(engine, &session.user);
+    let targets = if names.is_empty() && superuser {
+        None
+    } else if names.is_empty() {
+        Some(owned(engine, &session.user))
+    } else {
+        Some(named(engine, session, &names, superuser)?)
+    };
+    let engine = engine.clone();
+    // RocksDB's compaction blocks until it is done: off the connection's thread.
+    tokio::task::spawn_blocking(move || match targets {
+        None => engine.compact(),
+        Some(tables) => tables.iter().for_each(|t| engine.compact_relation(t)),
+    })
+    .await
+    .map_err(|e| Error::Internal(format!("compaction stopped: {e}")))?;
+    Ok(Output::command("VACUUM"))
+}
+
+fn owned(engine: &Engine, user: &str) -> Vec<Arc<Table>> {
+    engine
+        .catalog
+        .owned_by(user)
+        .iter()
+        .filter_map(|name| engine.catalog.relation(name))
+        .collect()
+}
+
+/// The named relations the role may compact; the others are skipped with
+/// PostgreSQL's warnings.
+fn named(
+    engine: &Engine,
+    session: &mut Session,
+    names: &[String],
+    superuser: bool,
+) -> Result<Vec<Arc<Table>>> {
+    let mut tables = Vec::new();
+    for name in names {
+        let object = engine
+            .catalog
+            .get(name)
+            .ok_or_else(|| Error::UndefinedTable(name.clone()))?;
+        let owner = engine.catalog.acl(object.id()).owner;
+        let owns = owner.as_deref().unwrap_or(BOOTSTRAP_ROLE) == session.user;
+        if !superuser && !owns {
+            session.warning(
+                "01000",
+                format!("skipping \"{name}\" --- only table or database owner can vacuum it"),
+            );
+            continue;
+        }
+        match object {
+            Object::View(_) => session.warning(
+                "01000",
+                format!(
+                    "skipping \"{name}\" --- cannot vacuum non-tables or special system tables"
+                ),
+            ),
+            other => tables.push(other.table().clone()),
+        }
+    }
+    Ok(tables)
+}
