@@ -4,6 +4,12 @@ set -euo pipefail
 
 missing=()
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
+# OpenSSL for librdkafka: Kafka connections over TLS and SASL/SCRAM logins.
+dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+# openssl and curl: the TLS tests make certificates and fetch over HTTPS.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 # psql: tests/psql.rs runs its meta-commands against weir.
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)

@@ -4,10 +4,11 @@
 //! for a whole run), or else one this test process starts for itself from the
 //! binary that `scripts/kafka-broker.sh install` leaves in the tools cache.
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -19,7 +20,6 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
-const NISSHI_VERSION: &str = "0.8.1";
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -130,18 +130,136 @@ cd / && rm -rf "$dir"
 exit "$status"
 "#;
 
+/// The broker binary, from the tools cache `scripts/kafka-broker.sh`
+/// installs it into (the script prints its path).
 fn nisshi_binary() -> PathBuf {
-    let tools = std::env::var_os("WEIR_TOOLS")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/weir-tools"))
-        })
-        .expect("WEIR_TOOLS or HOME is set");
-    let binary = tools.join(format!("nisshi-{NISSHI_VERSION}/bin/nisshi"));
-    if !binary.is_file() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kafka-broker.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg("install")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/kafka-broker.sh install");
+    let binary = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    if !output.status.success() || !binary.is_file() {
         panic!("no Kafka broker: set KAFKA_BOOTSTRAP or run scripts/kafka-broker.sh install");
     }
     binary
+}
+
+/// The SCRAM user a [`SecureBroker`] knows.
+pub const SASL_USER: &str = "weir-test";
+pub const SASL_PASSWORD: &str = "kafka-over-tls";
+
+/// Settings a client of a broker needs beyond its address, by address:
+/// a [`SecureBroker`]'s TLS and SASL, so that every helper here reaches it.
+static SECURITY: Mutex<BTreeMap<String, Vec<(String, String)>>> = Mutex::new(BTreeMap::new());
+
+/// A broker of its own for one test that takes only TLS connections and
+/// SASL/SCRAM-SHA-256 logins, with a self-signed certificate for
+/// 127.0.0.1. It stops when the value is dropped.
+pub struct SecureBroker {
+    pub address: String,
+    /// The librdkafka properties a client sets to log in.
+    pub properties: Vec<(String, String)>,
+    _watchdog: Child,
+    _lifeline: ChildStdin,
+}
+
+impl SecureBroker {
+    pub fn start() -> SecureBroker {
+        let binary = nisshi_binary();
+        let dir = tempfile::tempdir()
+            .expect("a temp dir for the broker")
+            .keep();
+        let address = format!("127.0.0.1:{}", super::free_port());
+        let (cert, key) = certificate(&dir);
+        // Users live in the broker's storage: create one on a plain start,
+        // then start again over the same storage with logins required.
+        let mut plain = broker_command(&binary, &dir, &address)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the Kafka broker");
+        wait_ready(&address, &mut plain);
+        let created = Command::new(&binary)
+            .args(["user", "create", "--broker", &format!("tcp://{address}")])
+            .args([SASL_USER, SASL_PASSWORD, "--mechanism", "scram256"])
+            .output()
+            .expect("run nisshi user create");
+        assert!(
+            created.status.success(),
+            "creating the SCRAM user: {created:?}"
+        );
+        let _ = Command::new("kill").arg(plain.id().to_string()).status();
+        plain.wait().expect("the plain broker stops");
+
+        let properties: Vec<(String, String)> = [
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-256"),
+            ("sasl.username", SASL_USER),
+            ("sasl.password", SASL_PASSWORD),
+            ("ssl.ca.location", &cert),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        SECURITY
+            .lock()
+            .expect("security settings")
+            .insert(address.clone(), properties.clone());
+        let mut watchdog = Command::new("bash");
+        watchdog.arg("-c").arg(WATCHDOG).arg("bash").arg(&dir);
+        let mut secure = broker_command(&binary, &dir, &address);
+        secure
+            .arg("--authentication")
+            .args(["--cert", &cert, "--key", &key]);
+        watchdog.arg(secure.get_program()).args(secure.get_args());
+        let mut watchdog = watchdog
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("start the secure Kafka broker");
+        let lifeline = watchdog
+            .stdin
+            .take()
+            .expect("the watchdog's stdin is piped");
+        wait_ready(&address, &mut watchdog);
+        SecureBroker {
+            address,
+            properties,
+            _watchdog: watchdog,
+            _lifeline: lifeline,
+        }
+    }
+}
+
+fn broker_command(binary: &Path, dir: &Path, address: &str) -> Command {
+    let listener = format!("tcp://{address}");
+    let mut command = Command::new(binary);
+    command
+        .current_dir(dir)
+        .arg("broker")
+        .args(["--listener-url", &listener])
+        .args(["--advertised-listener-url", &listener])
+        .args(["--storage-engine", "sqlite://broker.db"]);
+    command
+}
+
+/// A self-signed certificate for 127.0.0.1 and its key, in `dir`.
+fn certificate(dir: &Path) -> (String, String) {
+    let cert = dir.join("cert.pem").display().to_string();
+    let key = dir.join("key.pem").display().to_string();
+    let output = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-keyout", &key, "-out", &cert])
+        .output()
+        .expect("run openssl");
+    assert!(output.status.success(), "{output:?}");
+    (cert, key)
 }
 
 /// Waits until the broker answers a metadata request, which reads its storage.
@@ -176,6 +294,11 @@ fn metadata_answers(address: &str) -> bool {
 fn client_config(bootstrap: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", bootstrap);
+    if let Some(settings) = SECURITY.lock().expect("security settings").get(bootstrap) {
+        for (key, value) in settings {
+            config.set(key, value);
+        }
+    }
     config
 }
 

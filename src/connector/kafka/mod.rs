@@ -83,11 +83,25 @@ impl Client {
             .filter_map(|(k, v)| Some((k.strip_prefix("properties.")?.to_string(), v.clone())))
             .filter(|(k, _)| k != "bootstrap.server" && k != "bootstrap.servers")
             .collect();
-        Ok(Client {
+        let client = Client {
             bootstrap: bootstrap.to_string(),
             topic: topic.to_string(),
             properties,
-        })
+        };
+        client.keep_secrets_out_of_errors();
+        Ok(client)
+    }
+
+    /// librdkafka quotes setting values in its errors, at client creation
+    /// and later (an unknown SASL mechanism, a failed login): every error
+    /// text weir shows passes [`message`], which hides these values.
+    fn keep_secrets_out_of_errors(&self) {
+        let mut known = SECRETS.write();
+        for (key, value) in &self.properties {
+            if crate::catalog::is_secret(key) && !value.is_empty() {
+                known.insert(value.clone());
+            }
+        }
     }
 
     fn config(&self) -> ClientConfig {
@@ -274,22 +288,25 @@ fn csv_options(connector: &ConnectorDef) -> Result<CsvOptions> {
     Ok(csv)
 }
 
-/// A Kafka error as clients and logs see it: librdkafka's refusal of a
-/// setting quotes the value, which for a secret option is not shown.
+/// The secret option values of every Kafka connector this process has
+/// started, longest first when hidden so that no part of one stays.
+static SECRETS: parking_lot::RwLock<std::collections::BTreeSet<String>> =
+    parking_lot::RwLock::new(std::collections::BTreeSet::new());
+
+/// A Kafka error as clients and logs see it, with every secret option
+/// value replaced by `[REDACTED]`.
 pub fn message(e: &rdkafka::error::KafkaError) -> String {
-    match e {
-        rdkafka::error::KafkaError::ClientConfig(_, description, key, value)
-            if crate::catalog::is_secret(key) =>
-        {
-            let redacted = crate::catalog::REDACTED;
-            let description = match value.is_empty() {
-                true => description.clone(),
-                false => description.replace(value.as_str(), redacted),
-            };
-            format!("Client config error: {description} {key} {redacted}")
-        }
-        other => other.to_string(),
+    redact(e.to_string())
+}
+
+fn redact(mut text: String) -> String {
+    let known = SECRETS.read();
+    let mut secrets: Vec<&String> = known.iter().collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in secrets {
+        text = text.replace(secret.as_str(), crate::catalog::REDACTED);
     }
+    text
 }
 
 /// Check at CREATE that the broker answers and the topic exists, so that a
@@ -307,7 +324,12 @@ pub async fn probe(connector: &ConnectorDef) -> Result<()> {
     })
     .await
     .map_err(|e| Error::Internal(e.to_string()))?
-    .map_err(|e| Error::ConnectionFailure(format!("could not reach Kafka at {bootstrap}: {e}")))?;
+    .map_err(|e| {
+        Error::ConnectionFailure(format!(
+            "could not reach Kafka at {bootstrap}: {}",
+            message(&e)
+        ))
+    })?;
     let found = metadata
         .topics()
         .iter()

@@ -226,7 +226,7 @@ impl SinkWriter {
             for delivery in deliveries {
                 match delivery.await {
                     Ok(Ok(_)) => written += 1,
-                    Ok(Err((e, _))) => return Err(Failure::Transient(format!("Kafka: {e}"))),
+                    Ok(Err((e, _))) => return Err(Failure::from(e)),
                     Err(_) => return Err(Failure::Transient("Kafka delivery canceled".into())),
                 }
             }
@@ -285,7 +285,7 @@ impl SinkWriter {
         }
         self.producer
             .send_result(record)
-            .map_err(|(e, _)| Failure::Transient(format!("Kafka: {e}")))
+            .map_err(|(e, _)| Failure::from(e))
     }
 }
 

@@ -405,7 +405,12 @@ impl Reader {
         producer
             .send(record, REQUEST_TIMEOUT)
             .await
-            .map_err(|(e, _)| Failure::Transient(format!("dead-letter topic \"{topic}\": {e}")))?;
+            .map_err(|(e, _)| {
+                Failure::Transient(format!(
+                    "dead-letter topic \"{topic}\": {}",
+                    super::message(&e)
+                ))
+            })?;
         Ok(())
     }
 }
