@@ -861,7 +861,7 @@ async fn sources_and_sinks_log_in_over_tls() {
     let records: Vec<kafka::Outgoing> = bids.iter().map(|b| (None, Some(&b[..]), None)).collect();
     kafka::produce(&bootstrap, &input, &records).await;
 
-    let server = TestServer::start();
+    let server = TestServer::start_logged();
     let client = server.connect().await;
     let create = |options: String| {
         format!(
@@ -922,4 +922,12 @@ async fn sources_and_sinks_log_in_over_tls() {
         shown.contains("properties.sasl.password = '[REDACTED]'"),
         "{shown}"
     );
+    let metrics = server.http_get("/metrics").await;
+    let log = server.log();
+    assert!(log.contains("DEBUG"), "a debug log: {log}");
+    for (place, text) in [("the log", &log), ("/metrics", &metrics)] {
+        for secret in [kafka::SASL_PASSWORD, "not-the-password"] {
+            assert!(!text.contains(secret), "{secret} in {place}: {text}");
+        }
+    }
 }

@@ -15,6 +15,8 @@ pub struct TestServer {
     _temp: Option<tempfile::TempDir>,
     args: Vec<String>,
     envs: Vec<(String, String)>,
+    /// Where weir's log goes, when a test reads it; else the test's stderr.
+    log: Option<PathBuf>,
 }
 
 fn free_port() -> u16 {
@@ -50,9 +52,36 @@ impl TestServer {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            log: None,
         };
         server.spawn();
         server
+    }
+
+    /// Start a server that logs at debug level into a file [`Self::log`] reads.
+    pub fn start_logged() -> TestServer {
+        let temp = tempfile::tempdir().expect("temp dir");
+        let mut server = TestServer {
+            child: None,
+            port: 0,
+            http_port: 0,
+            dir: temp.path().join("data"),
+            log: Some(temp.path().join("weir.log")),
+            _temp: Some(temp),
+            args: Vec::new(),
+            envs: vec![("WEIR_LOG".into(), "debug".into())],
+        };
+        server.spawn();
+        server
+    }
+
+    /// Everything weir logged so far (a server from [`Self::start_logged`]).
+    pub fn log(&self) -> String {
+        let path = self
+            .log
+            .as_ref()
+            .expect("a server started with start_logged");
+        std::fs::read_to_string(path).unwrap_or_default()
     }
 
     /// Start a server on a data directory the caller owns.
@@ -65,6 +94,7 @@ impl TestServer {
             _temp: None,
             args: args.to_vec(),
             envs: Vec::new(),
+            log: None,
         };
         server.spawn();
         server
@@ -95,6 +125,7 @@ impl TestServer {
                 .env_remove("WEIR_PASSWORD")
                 .envs(self.envs.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
+                .stderr(self.log_output())
                 .spawn()
                 .expect("start weir");
             self.child = Some(child);
@@ -103,6 +134,18 @@ impl TestServer {
             }
         }
         panic!("weir exited at start five times");
+    }
+
+    fn log_output(&self) -> Stdio {
+        match &self.log {
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map(Stdio::from)
+                .expect("open the log file"),
+            None => Stdio::inherit(),
+        }
     }
 
     /// Whether weir accepts connections; false when it exited first.
