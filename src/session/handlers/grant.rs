@@ -11,13 +11,7 @@ pub fn grant(engine: &Engine, session: &Session, grant: Grant) -> Result<Output>
     // Everything is checked before anything changes.
     check_roles(engine, &grant.roles)?;
     match &grant.on {
-        GrantOn::Relations(names) => {
-            let objects = names
-                .iter()
-                .map(|name| owned_relation(engine, session, name))
-                .collect::<Result<Vec<_>>>()?;
-            change_relations(engine, &grant, objects)?;
-        }
+        GrantOn::Relations(names) => change_relations(engine, session, &grant, names)?,
         GrantOn::AllTablesIn(schemas) => {
             schemas.iter().try_for_each(|s| check_schema(s))?;
             let names: Vec<String> = engine
@@ -27,11 +21,7 @@ pub fn grant(engine: &Engine, session: &Session, grant: Grant) -> Result<Output>
                 .map(|o| o.table().def.name.clone())
                 .filter(|name| !crate::catalog::is_system(name))
                 .collect();
-            let objects = names
-                .iter()
-                .map(|name| owned_relation(engine, session, name))
-                .collect::<Result<Vec<_>>>()?;
-            change_relations(engine, &grant, objects)?;
+            change_relations(engine, session, &grant, &names)?;
         }
         GrantOn::Schemas(schemas) => {
             schemas.iter().try_for_each(|s| check_schema(s))?;
@@ -86,7 +76,17 @@ fn owned_relation(engine: &Engine, session: &Session, name: &str) -> Result<Obje
     Ok(object)
 }
 
-fn change_relations(engine: &Engine, grant: &Grant, objects: Vec<Object>) -> Result<()> {
+/// Grant or revoke on relations, once every one of them is found owned.
+fn change_relations(
+    engine: &Engine,
+    session: &Session,
+    grant: &Grant,
+    names: &[String],
+) -> Result<()> {
+    let objects = names
+        .iter()
+        .map(|name| owned_relation(engine, session, name))
+        .collect::<Result<Vec<_>>>()?;
     for object in objects {
         let mut acl = engine.catalog.acl(object.id());
         apply(&mut acl, grant);
