@@ -319,7 +319,7 @@ fn tls(overrides: &Overrides, file: &FileConfig) -> Result<Option<Tls>> {
 }
 
 /// The first line of a password file, without its line ending.
-fn read_password(path: &Path) -> Result<Secret> {
+pub fn read_password(path: &Path) -> Result<Secret> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::Config(format!("cannot read password file {}: {e}", path.display())))?;
     let line = text.lines().next().unwrap_or_default();

@@ -59,6 +59,9 @@ pub enum Error {
     InvalidGrantOperation(String),
     #[error("schema \"{0}\" does not exist")]
     UndefinedSchema(String),
+    /// A file or directory that is there already (a backup's target).
+    #[error("{0}")]
+    DuplicateFile(String),
     /// A statement that cannot run inside `BEGIN ... COMMIT`.
     #[error("{0}")]
     ActiveTransaction(String),
@@ -205,6 +208,7 @@ impl Error {
             Error::InvalidGrantOperation(_) => "0LP01",
             Error::UndefinedSchema(_) => "3F000",
             Error::ActiveTransaction(_) => "25001",
+            Error::DuplicateFile(_) => "58P02",
             Error::ReservedName(_) => "42939",
             Error::DiskFull(_) => "53100",
             Error::InvalidParameter(_) => "22023",

@@ -43,10 +43,12 @@
 //! - [`catalog`]: every object's definition and dependencies, in RocksDB.
 //! - [`log`]: topics of chunked, offset-addressed records, and the
 //!   group-commit writer that appends every table write to them.
-//! - [`state`]: RocksDB, key layout, row encoding.
+//! - [`state`]: RocksDB, key layout, row encoding, backups.
+//! - [`admin`]: `weir backup` and `weir restore`, run beside a node.
 //!
 //! `docs/architecture.md` is the longer map.
 
+pub mod admin;
 pub mod catalog;
 pub mod config;
 pub mod connector;
@@ -101,6 +103,7 @@ mod layout {
         ("catalog", &["log", "state", "error"]),
         ("log", &["state", "error"]),
         ("state", &["error"]),
+        ("admin", &["catalog", "log", "state", "error"]),
         ("config", &["error"]),
         ("telemetry", &[]),
         ("error", &[]),

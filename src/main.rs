@@ -37,6 +37,34 @@ struct Cli {
 enum Command {
     /// Start a node (the default when no command is given).
     Serve(ServeArgs),
+    /// Copy a node's whole store, consistently, while it runs or not.
+    Backup(BackupArgs),
+    /// Make a new data directory from a backup.
+    Restore(RestoreArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct BackupArgs {
+    /// The node's data directory
+    #[arg(long, env = "WEIR_DATA_DIR", value_name = "DIR")]
+    data_dir: PathBuf,
+    /// Where the backup goes: a new or empty directory
+    #[arg(long, value_name = "DIR")]
+    to: PathBuf,
+    /// File whose first line is the superuser weir's password, when the
+    /// running node has one (or set WEIR_PASSWORD)
+    #[arg(long, env = "WEIR_PASSWORD_FILE", value_name = "FILE")]
+    password_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+struct RestoreArgs {
+    /// A directory `weir backup` made
+    #[arg(long, value_name = "DIR")]
+    from: PathBuf,
+    /// The new node's data directory: new or empty
+    #[arg(long, env = "WEIR_DATA_DIR", value_name = "DIR")]
+    data_dir: PathBuf,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -106,6 +134,8 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let args = match cli.command {
         Some(Command::Serve(args)) => args,
+        Some(Command::Backup(args)) => return backup(args),
+        Some(Command::Restore(args)) => return restore(args),
         None => cli.serve,
     };
     weir::telemetry::init();
@@ -144,6 +174,48 @@ fn main() -> anyhow::Result<()> {
     // Readers still running hold the store; RocksDB must close before the process exits.
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     result
+}
+
+fn backup(args: BackupArgs) -> anyhow::Result<()> {
+    let password = match (&args.password_file, std::env::var("WEIR_PASSWORD")) {
+        (Some(file), _) => Some(weir::config::read_password(file)?.expose().to_string()),
+        (None, Ok(password)) if !password.is_empty() => Some(password),
+        _ => None,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let started = std::time::Instant::now();
+    let manifest = runtime.block_on(weir::admin::backup(
+        &args.data_dir,
+        &args.to,
+        password.as_deref(),
+    ))?;
+    println!(
+        "backed up {} ({} files, {:.1} MiB) into {} in {:.1} s",
+        args.data_dir.display(),
+        manifest.files,
+        manifest.bytes as f64 / (1024.0 * 1024.0),
+        args.to.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn restore(args: RestoreArgs) -> anyhow::Result<()> {
+    let started = std::time::Instant::now();
+    let manifest = weir::admin::restore(&args.from, &args.data_dir)?;
+    println!(
+        "restored {} ({} files, {:.1} MiB, made by weir {}) as {} in {:.1} s",
+        args.from.display(),
+        manifest.files,
+        manifest.bytes as f64 / (1024.0 * 1024.0),
+        manifest.version,
+        args.data_dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Raise the soft limit on open files to the hard one. Each connection
@@ -193,11 +265,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         data_dir = %config.data_dir.display(),
         "weir is ready"
     );
+    let listening = listener.local_addr().unwrap_or(config.listen);
+    weir::admin::write_node_file(&config.data_dir, listening)
+        .context("cannot write the node file into the data directory")?;
     let http_tls = weir::server::http_tls(&config).context("cannot set up TLS")?;
     let http = tokio::spawn(weir::server::http::run(engine.clone(), http, http_tls));
     weir::server::run(engine, listener, shutdown_signal()).await?;
     http.abort();
     let _ = http.await;
+    weir::admin::remove_node_file(&config.data_dir);
     tracing::info!("stopped");
     Ok(())
 }

@@ -86,6 +86,11 @@ impl Engine {
         self.store.compact()
     }
 
+    /// A consistent copy of the whole store in `to` (`BACKUP TO`).
+    pub fn backup(&self, to: &std::path::Path) -> Result<crate::state::backup::Manifest> {
+        self.store.backup(to)
+    }
+
     /// Compacts one relation's rows, state and changelog (`VACUUM name`).
     pub fn compact_relation(&self, table: &crate::catalog::Table) {
         self.store.compact_relation(table.def.id, table.def.topic())

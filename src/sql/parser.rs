@@ -110,6 +110,8 @@ pub enum Statement {
         names: Vec<String>,
         if_exists: bool,
     },
+    /// `BACKUP TO 'directory'`: a consistent copy of the whole store.
+    Backup(String),
     /// `VACUUM [name, ...]`: compact the store, or these relations.
     Vacuum(Vec<String>),
     /// Recognised, but not built yet.
@@ -232,6 +234,7 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     match w.as_slice() {
         ["FLUSH"] => Ok(Statement::Flush),
         ["VACUUM", ..] => vacuum::vacuum(&tokens),
+        ["BACKUP", "TO", ..] => backup(&tokens),
         ["ADVANCE", "CLOCK", "BY", ..] => {
             let mut parser = parser_after(&tokens, 3);
             let expr = parser.parse_expr()?;
@@ -288,6 +291,14 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         ["COPY", ..] => Ok(Statement::Copy(Box::new(sqlparser_one(tokens)?))),
         _ => query(&tokens),
     }
+}
+
+/// `BACKUP TO 'directory'`.
+fn backup(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    let mut parser = parser_after(tokens, 2);
+    let to = parser.parse_literal_string()?;
+    expect_end(&parser)?;
+    Ok(Statement::Backup(to))
 }
 
 fn sqlparser_one(tokens: Vec<TokenWithSpan>) -> Result<ast::Statement> {

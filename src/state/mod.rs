@@ -10,6 +10,7 @@
 //! group-commits. Reads take a [`ReadView`], one RocksDB snapshot shared by
 //! everything a statement reads.
 
+pub mod backup;
 pub mod commitlog;
 pub mod disk;
 pub mod keys;

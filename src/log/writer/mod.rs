@@ -69,9 +69,7 @@ impl Writer {
         let (tx, rx) = mpsc::channel(1024);
         // Opened even when writes are not synced: what a power cut took from
         // an earlier run that synced must come back either way.
-        let log = CommitLog::open(db, read_sequence(db)?)?;
-        // After the ring: a load's commit marker may be among what it replayed.
-        bulk::recover(db)?;
+        let log = recover(store)?;
         let log = sync.then_some(log);
         let (sequence, committed) = watch::channel(read_sequence(db)?);
         let committer = Committer {
@@ -167,6 +165,17 @@ pub fn wall_clock() -> Now {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros() as i64)
     })
+}
+
+/// Bring the store up to every write acknowledged before the last stop:
+/// what the commit ring holds beyond RocksDB, and bulk loads that had
+/// committed. The ring, ready for new records.
+pub fn recover(store: &Store) -> Result<CommitLog> {
+    let db = store.db();
+    let log = CommitLog::open(db, read_sequence(db)?)?;
+    // After the ring: a load's commit marker may be among what it replayed.
+    bulk::recover(db)?;
+    Ok(log)
 }
 
 fn read_sequence(db: &DB) -> Result<u64> {

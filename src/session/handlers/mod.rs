@@ -160,6 +160,7 @@ pub async fn dispatch(
         Statement::AlterRole(options) => role::alter(engine, session, options),
         Statement::DropRole { names, if_exists } => role::drop(engine, session, names, if_exists),
         Statement::Vacuum(names) => vacuum::vacuum(engine, session, names).await,
+        Statement::Backup(to) => vacuum::backup(engine, session, to).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
 }
@@ -264,6 +265,7 @@ pub async fn describe(
         | Statement::AlterRole(_)
         | Statement::DropRole { .. }
         | Statement::Vacuum(_)
+        | Statement::Backup(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }
 }

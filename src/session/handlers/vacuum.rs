@@ -1,5 +1,5 @@
 //! `VACUUM`: compacts the store, so that what deletes, updates and dropped
-//! objects left behind is gone from disk.
+//! objects left behind is gone from disk. `BACKUP TO`: copies it.
 //!
 //! A superuser's `VACUUM` compacts everything, any other role's the
 //! relations it owns; `VACUUM name` compacts that relation's rows, state
@@ -13,16 +13,51 @@ use crate::error::{Error, Result};
 use crate::session::handlers::role::is_superuser;
 use crate::session::{Engine, Output, Session};
 
+/// `BACKUP TO 'directory'`: a superuser's, since it writes files where the
+/// server runs, as PostgreSQL's `COPY ... TO 'file'` is.
+pub async fn backup(engine: &Arc<Engine>, session: &mut Session, to: String) -> Result<Output> {
+    not_in_transaction(session, "BACKUP")?;
+    if !is_superuser(engine, &session.user) {
+        return Err(Error::InsufficientPrivilege(
+            "must be superuser to back up the store".into(),
+        ));
+    }
+    let to = std::path::PathBuf::from(to);
+    if !to.is_absolute() {
+        return Err(Error::InvalidParameter(format!(
+            "BACKUP TO needs an absolute path on the server, not '{}'",
+            to.display()
+        )));
+    }
+    let store = engine.clone();
+    let target = to.clone();
+    let manifest = tokio::task::spawn_blocking(move || store.backup(&target))
+        .await
+        .map_err(|e| Error::Internal(format!("the backup stopped: {e}")))??;
+    session.notice(format!(
+        "backed up {} files, {:.1} MiB, into {}",
+        manifest.files,
+        manifest.bytes as f64 / (1024.0 * 1024.0),
+        to.display()
+    ));
+    Ok(Output::command("BACKUP"))
+}
+
+fn not_in_transaction(session: &Session, statement: &str) -> Result<()> {
+    if session.in_transaction {
+        return Err(Error::ActiveTransaction(format!(
+            "{statement} cannot run inside a transaction block"
+        )));
+    }
+    Ok(())
+}
+
 pub async fn vacuum(
     engine: &Arc<Engine>,
     session: &mut Session,
     names: Vec<String>,
 ) -> Result<Output> {
-    if session.in_transaction {
-        return Err(Error::ActiveTransaction(
-            "VACUUM cannot run inside a transaction block".into(),
-        ));
-    }
+    not_in_transaction(session, "VACUUM")?;
     let superuser = is_superuser(engine, &session.user);
     let targets = if names.is_empty() && superuser {
         None
