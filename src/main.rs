@@ -123,6 +123,14 @@ struct ServeArgs {
     /// Refuse clients that do not use TLS (SQLSTATE 28000)
     #[arg(long, env = "WEIR_TLS_REQUIRED")]
     tls_required: bool,
+    /// How log lines are written to stderr: text or json (one object per line)
+    #[arg(
+        long,
+        env = "WEIR_LOG_FORMAT",
+        value_name = "FORMAT",
+        default_value = "text"
+    )]
+    log_format: weir::telemetry::LogFormat,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -138,7 +146,7 @@ fn main() -> anyhow::Result<()> {
         Some(Command::Restore(args)) => return restore(args),
         None => cli.serve,
     };
-    weir::telemetry::init();
+    weir::telemetry::init(args.log_format);
     raise_open_file_limit();
     let overrides = Overrides {
         listen: args.listen,

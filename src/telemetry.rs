@@ -1,17 +1,35 @@
-//! Logging through `tracing`; `RUST_LOG` (or `WEIR_LOG`) chooses the level.
+//! Logging through `tracing`; `RUST_LOG` (or `WEIR_LOG`) chooses the level,
+//! `--log-format` text for people or JSON lines for log collectors.
+//!
+//! A source's and a sink's lines carry a span naming it (`source{source=bids}`,
+//! or `"span":{"name":"source","source":"bids"}` in JSON), a view's lines a
+//! `view` field.
 
 use tracing_subscriber::EnvFilter;
 
-pub fn init() {
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line of text each.
+    #[default]
+    Text,
+    /// One JSON object per line: timestamp, level, target, fields, spans.
+    Json,
+}
+
+pub fn init(format: LogFormat) {
     let filter = std::env::var("WEIR_LOG")
         .ok()
         .and_then(|v| EnvFilter::try_new(v).ok())
         .or_else(|| EnvFilter::try_from_default_env().ok())
         .unwrap_or_else(|| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
     log_panics();
 }
 

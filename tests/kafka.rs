@@ -861,7 +861,7 @@ async fn sources_and_sinks_log_in_over_tls() {
     let records: Vec<kafka::Outgoing> = bids.iter().map(|b| (None, Some(&b[..]), None)).collect();
     kafka::produce(&bootstrap, &input, &records).await;
 
-    let server = TestServer::start_logged();
+    let server = TestServer::start_logged(&[]);
     let client = server.connect().await;
     let create = |options: String| {
         format!(
@@ -930,4 +930,40 @@ async fn sources_and_sinks_log_in_over_tls() {
             assert!(!text.contains(secret), "{secret} in {place}: {text}");
         }
     }
+}
+
+/// With `--log-format json` every line is a JSON object, and a source's
+/// lines name the source.
+#[tokio::test(flavor = "multi_thread")]
+async fn json_log_lines_name_their_source() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("json-log");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    kafka::produce(&bootstrap, &topic, &[(None, Some(&b"not json"[..]), None)]).await;
+    let server = TestServer::start_logged(&["--log-format".into(), "json".into()]);
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE noisy (a INT) {} FORMAT PLAIN ENCODE JSON",
+            with(&topic, &bootstrap, "")
+        ))
+        .await
+        .expect("create");
+    wait_for(&client, "SELECT count(*) FROM source_errors", &["1"]).await;
+    let log = server.log();
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["level"].is_string() && l["timestamp"].is_string())
+    );
+    let skipped = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "skipped a message that does not parse")
+        .unwrap_or_else(|| panic!("no line about the bad message: {log}"));
+    assert_eq!(skipped["span"]["name"], "source", "{skipped}");
+    assert_eq!(skipped["span"]["source"], "noisy", "{skipped}");
 }

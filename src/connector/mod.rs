@@ -149,7 +149,8 @@ impl Connectors {
         let node = node.clone();
         let id = table.def.id;
         let runtime = node.background.clone();
-        self.spawn(&runtime, id, move |handle| async move {
+        let span = tracing::info_span!("source", source = %table.def.name);
+        self.spawn(&runtime, id, span, move |handle| async move {
             match &connector.connector {
                 ConnectorKind::Kafka => {
                     supervise(handle, |h| kafka::source(&node, &table, h)).await
@@ -176,12 +177,15 @@ impl Connectors {
         let id = sink.id;
         let first = Mutex::new(opened);
         let runtime = node.background.clone();
-        self.spawn(&runtime, id, move |handle| async move {
+        let span = tracing::info_span!("sink", sink = %sink.name);
+        self.spawn(&runtime, id, span, move |handle| async move {
             supervise(handle, |h| kafka::sink(&node, &sink, &first, h)).await
         });
     }
 
-    fn spawn<F, Fut>(&self, runtime: &tokio::runtime::Handle, id: u64, run: F)
+    /// Run a connector's task; every line it logs carries `span`, which
+    /// names the source or sink.
+    fn spawn<F, Fut>(&self, runtime: &tokio::runtime::Handle, id: u64, span: tracing::Span, run: F)
     where
         F: FnOnce(Handle) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
@@ -192,7 +196,7 @@ impl Connectors {
             progress: progress.clone(),
             stop: stopped,
         };
-        let task = runtime.spawn(run(handle));
+        let task = runtime.spawn(tracing::Instrument::instrument(run(handle), span));
         let previous = self.running.lock().insert(
             id,
             Running {

@@ -135,6 +135,8 @@ struct Input {
 
 struct Running {
     view: u64,
+    /// Its name, for the log.
+    name: Arc<str>,
     /// Its CREATE waits for the backfill.
     creating: bool,
     inputs: Vec<Input>,
@@ -409,9 +411,11 @@ impl Worker {
                 .push(read_mark(&db, &keys::node_watermark_key(view, node))?);
         }
         let offsets = resume.offsets.clone();
+        let name = dataflow.name.clone();
         let tasks = task::spawn(dataflow, self.tasks.handle(), self.db.clone(), resume);
         self.running.push(Running {
             view,
+            name,
             creating,
             inputs,
             tasks,
@@ -492,7 +496,7 @@ impl Worker {
                 }
                 Err(failure) => {
                     tracing::error!(
-                        view = running.view,
+                        view = %running.name,
                         code = failure.sqlstate,
                         cause = %failure.message,
                         "view failed; it stops updating"

@@ -59,7 +59,7 @@ impl TestServer {
     }
 
     /// Start a server that logs at debug level into a file [`Self::log`] reads.
-    pub fn start_logged() -> TestServer {
+    pub fn start_logged(args: &[String]) -> TestServer {
         let temp = tempfile::tempdir().expect("temp dir");
         let mut server = TestServer {
             child: None,
@@ -68,7 +68,7 @@ impl TestServer {
             dir: temp.path().join("data"),
             log: Some(temp.path().join("weir.log")),
             _temp: Some(temp),
-            args: Vec::new(),
+            args: args.to_vec(),
             envs: vec![("WEIR_LOG".into(), "debug".into())],
         };
         server.spawn();
