@@ -1201,3 +1201,85 @@ async fn a_generator_source_writes_each_event_once_across_sigkill() {
         276_000
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_counts_each_operators_rows_and_state() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id BIGINT PRIMARY KEY, k VARCHAR, v BIGINT);
+             INSERT INTO t SELECT value, 'k' || (value % 5), value FROM generate_series(1, 1000);
+             CREATE MATERIALIZED VIEW per_key AS
+               SELECT k, count(*) AS n, sum(v) AS total FROM t WHERE v > 10 GROUP BY k;
+             FLUSH;
+             UPDATE t SET v = 0 WHERE id = 500;
+             FLUSH;",
+        )
+        .await
+        .expect("setup");
+    let rows = client
+        .simple_query("EXPLAIN (ANALYZE, FORMAT JSON) MATERIALIZED VIEW per_key")
+        .await
+        .expect("explain");
+    let text = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_string),
+            _ => None,
+        })
+        .expect("one row");
+    let plan: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let operator = |name: &str| {
+        plan["operators"]
+            .as_array()
+            .expect("operators")
+            .iter()
+            .find(|op| op["operator"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {plan}"))
+            .clone()
+    };
+    // The update is a retraction and an insertion of the same row.
+    let filter = operator("Filter");
+    assert_eq!(
+        (filter["rows_in"].as_u64(), filter["rows_out"].as_u64()),
+        (Some(1002), Some(991)),
+        "{filter}"
+    );
+    let aggregate = operator("HashAggregate");
+    assert_eq!(aggregate["rows_in"].as_u64(), Some(991), "{aggregate}");
+    assert_eq!(aggregate["state_entries"].as_u64(), Some(5), "{aggregate}");
+    assert_eq!(plan["sources"][0]["rows"].as_u64(), Some(1002), "{plan}");
+    assert!(
+        aggregate["time_ms"].as_f64().is_some_and(|t| t > 0.0),
+        "{aggregate}"
+    );
+
+    let text = lines_of(&client, "EXPLAIN ANALYZE MATERIALIZED VIEW per_key").await;
+    assert!(
+        text.contains("HashAggregate #2") && text.contains("state entries 5"),
+        "{text}"
+    );
+    let dot = lines_of(
+        &client,
+        "EXPLAIN (ANALYZE, FORMAT DOT) MATERIALIZED VIEW per_key",
+    )
+    .await;
+    assert!(
+        dot.starts_with("digraph dataflow {") && dot.contains("rows in 991"),
+        "{dot}"
+    );
+    for (sql, code) in [
+        ("EXPLAIN ANALYZE MATERIALIZED VIEW t", "42809"),
+        ("EXPLAIN ANALYZE MATERIALIZED VIEW nope", "42P01"),
+        ("EXPLAIN (FORMAT YAML) MATERIALIZED VIEW per_key", "0A000"),
+    ] {
+        let e = client.batch_execute(sql).await.expect_err(sql);
+        assert_eq!(e.code().map(|c| c.code()), Some(code), "{sql}: {e}");
+    }
+}
+
+/// A statement's rows, a line each.
+async fn lines_of(client: &tokio_postgres::Client, sql: &str) -> String {
+    common::text_rows(client, sql).await.join("\n")
+}

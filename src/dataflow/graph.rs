@@ -122,59 +122,11 @@ pub struct Dataflow {
 impl Dataflow {
     /// The graph as text, sink first, for EXPLAIN.
     pub fn explain(&self) -> String {
-        let mut out = String::new();
-        if let Some(last) = self.nodes.len().checked_sub(1) {
-            self.explain_node(last, 0, &mut out);
-        }
-        out
-    }
-
-    fn explain_node(&self, node: usize, depth: usize, out: &mut String) {
-        let op = &self.nodes[node].operator;
-        let detail = op.describe();
-        let indent = "  ".repeat(depth);
-        if detail.is_empty() {
-            out.push_str(&format!("{indent}{} #{node}\n", op.name()));
-        } else {
-            out.push_str(&format!("{indent}{} #{node}: {detail}\n", op.name()));
-        }
-        for source in self.sources.iter().filter(|s| s.node == node) {
-            let kind = if source.table.def.is_view() {
-                "changelog of view"
-            } else {
-                "log of table"
-            };
-            out.push_str(&format!(
-                "{indent}  Source: {kind} {}\n",
-                source.table.def.name
-            ));
-        }
-        for input in &self.nodes[node].inputs {
-            self.explain_node(*input, depth + 1, out);
-        }
+        crate::dataflow::profile::Profile::of(self).text(None)
     }
 
     /// The graph in Graphviz's DOT language.
     pub fn explain_dot(&self) -> String {
-        let mut out = String::from("digraph dataflow {\n  rankdir=BT;\n");
-        for (i, node) in self.nodes.iter().enumerate() {
-            let label = format!(
-                "{}\\n{}",
-                node.operator.name(),
-                node.operator.describe().replace('"', "\\\"")
-            );
-            out.push_str(&format!("  n{i} [shape=box, label=\"{label}\"];\n"));
-            for input in &node.inputs {
-                out.push_str(&format!("  n{input} -> n{i};\n"));
-            }
-        }
-        for (s, source) in self.sources.iter().enumerate() {
-            out.push_str(&format!(
-                "  s{s} [shape=cylinder, label=\"{}\"];\n  s{s} -> n{};\n",
-                source.table.def.name, source.node
-            ));
-        }
-        out.push_str("}\n");
-        out
+        crate::dataflow::profile::Profile::of(self).dot(None)
     }
 }

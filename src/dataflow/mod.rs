@@ -9,6 +9,7 @@ pub mod late;
 pub mod node;
 pub mod operator;
 pub mod operators;
+pub mod profile;
 pub mod runtime;
 pub mod state;
 pub mod subscribe;

@@ -41,6 +41,7 @@ use tokio::sync::{oneshot, watch};
 use crate::dataflow::change::Barrier;
 use crate::dataflow::errors::{Failure, Failures, RowError};
 use crate::dataflow::graph::Dataflow;
+use crate::dataflow::profile::{Profile, Profiles};
 use crate::dataflow::state::LateEvent;
 use crate::dataflow::task::{self, Report, Resume, Tasks, Trigger, decode_mark};
 use crate::error::{Error, Result};
@@ -121,6 +122,7 @@ impl Retention {
 pub struct Runtime {
     tx: Sender<Command>,
     progress: Arc<std::sync::Mutex<HashMap<u64, f64>>>,
+    profiles: Profiles,
     failures: Failures,
     /// The last committed epoch.
     committed: watch::Receiver<u64>,
@@ -137,6 +139,7 @@ struct Running {
     view: u64,
     /// Its name, for the log.
     name: Arc<str>,
+    profile: Arc<Profile>,
     /// Its CREATE waits for the backfill.
     creating: bool,
     inputs: Vec<Input>,
@@ -166,6 +169,8 @@ impl Runtime {
         let progress = Arc::new(std::sync::Mutex::new(HashMap::new()));
         let shared = progress.clone();
         let failures = settings.failures.clone();
+        let profiles = Profiles::default();
+        let worker_profiles = profiles.clone();
         let (epochs, committed) = watch::channel(read_u64(&db, keys::EPOCH_KEY)?.unwrap_or(0));
         let db = Arc::downgrade(&db);
         let interval = settings.barrier_interval;
@@ -177,10 +182,13 @@ impl Runtime {
             .build()?;
         std::thread::Builder::new()
             .name("weir-dataflow".into())
-            .spawn(move || Worker::new(db, shared, settings, tasks, epochs).run(rx, interval))?;
+            .spawn(move || {
+                Worker::new(db, shared, settings, tasks, epochs, worker_profiles).run(rx, interval)
+            })?;
         Ok(Runtime {
             tx,
             progress,
+            profiles,
             failures,
             committed,
         })
@@ -240,6 +248,16 @@ impl Runtime {
             .copied()
     }
 
+    /// A running view's graph and counters.
+    pub fn profile(&self, view: u64) -> Option<Arc<Profile>> {
+        self.profiles.get(view)
+    }
+
+    /// Every running view's graph and counters.
+    pub fn profiles(&self) -> Vec<Arc<Profile>> {
+        self.profiles.all()
+    }
+
     /// Why a view stopped, if it did.
     pub fn failure(&self, view: u64) -> Option<Failure> {
         self.failures.get(view)
@@ -265,6 +283,8 @@ struct Worker {
     retention: HashMap<u64, (Retention, i64)>,
     /// Epochs were written without the WAL since the last flush.
     unlogged: bool,
+    /// Every running view's graph and counters.
+    profiles: Profiles,
 }
 
 impl Worker {
@@ -274,10 +294,12 @@ impl Worker {
         settings: Settings,
         tasks: tokio::runtime::Runtime,
         epochs: watch::Sender<u64>,
+        profiles: Profiles,
     ) -> Worker {
         let epoch = *epochs.borrow();
         Worker {
             db,
+            profiles,
             running: Vec::new(),
             waiters: Vec::new(),
             epoch,
@@ -345,6 +367,7 @@ impl Worker {
             Command::Drop(view, reply) => {
                 // Dropping a dataflow's handle closes its channels: its tasks end.
                 self.running.retain(|r| r.view != view);
+                self.profiles.remove(view);
                 self.retention.remove(&view);
                 self.settings.failures.clear(view);
                 self.progress
@@ -412,10 +435,19 @@ impl Worker {
         }
         let offsets = resume.offsets.clone();
         let name = dataflow.name.clone();
-        let tasks = task::spawn(dataflow, self.tasks.handle(), self.db.clone(), resume);
+        let profile = Arc::new(Profile::of(&dataflow));
+        self.profiles.insert(profile.clone());
+        let tasks = task::spawn(
+            dataflow,
+            self.tasks.handle(),
+            self.db.clone(),
+            resume,
+            profile.clone(),
+        );
         self.running.push(Running {
             view,
             name,
+            profile,
             creating,
             inputs,
             tasks,
@@ -483,6 +515,10 @@ impl Worker {
         for running in self.running.iter_mut().filter(|r| r.failed.is_none()) {
             match collect(&mut running.tasks, running.view) {
                 Ok(outcome) => {
+                    running
+                        .profile
+                        .epochs
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let mut touched = outcome.records > 0;
                     for mut state in outcome.states {
                         touched |= !state.is_empty();

@@ -29,6 +29,7 @@ use crate::dataflow::change::{Barrier, ChangeBatch, Message, Watermark};
 use crate::dataflow::errors::{Failure, RowErrors};
 use crate::dataflow::graph::{Dataflow, Source};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::profile::Profile;
 use crate::dataflow::state::EpochState;
 use crate::error::{Error, Result};
 use crate::log::embedded::read_partition;
@@ -124,7 +125,13 @@ impl Shared {
 }
 
 /// Start a dataflow's tasks on `handle`, resuming from `resume`.
-pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) -> Tasks {
+pub fn spawn(
+    dataflow: Dataflow,
+    handle: &Handle,
+    db: Weak<DB>,
+    resume: Resume,
+    profile: Arc<Profile>,
+) -> Tasks {
     let Dataflow {
         view,
         name,
@@ -177,6 +184,8 @@ pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) 
             replayed: false,
             state: None,
             shared: shared.clone(),
+            profile: profile.clone(),
+            index,
         };
         handle.spawn(guard(task.run(), shared.clone()));
     }
@@ -198,6 +207,7 @@ pub fn spawn(dataflow: Dataflow, handle: &Handle, db: Weak<DB>, resume: Resume) 
         replayed: false,
         control: control_rx,
         shared: shared.clone(),
+        profile,
     };
     handle.spawn(guard(task.run(), shared));
     Tasks {
@@ -283,6 +293,9 @@ struct NodeTask {
     /// The current epoch's state, from the first message of the epoch.
     state: Option<EpochState>,
     shared: Shared,
+    /// Where its counters go, as operator `index`.
+    profile: Arc<Profile>,
+    index: usize,
 }
 
 impl NodeTask {
@@ -294,7 +307,9 @@ impl NodeTask {
             }
             match message {
                 Message::Changes(batch) => {
+                    let (rows, started) = (batch.len(), std::time::Instant::now());
                     let ((), output) = self.call(|op, cx| op.on_changes(input, batch, cx))?;
+                    self.count(rows, &output, started);
                     emit(&self.outputs, output).await?;
                 }
                 Message::Watermark(w) => {
@@ -349,6 +364,11 @@ impl NodeTask {
         .await
     }
 
+    fn count(&self, rows_in: usize, output: &[ChangeBatch], started: std::time::Instant) {
+        let rows_out = output.iter().map(ChangeBatch::len).sum();
+        self.profile.operators[self.index].record(rows_in, rows_out, started.elapsed());
+    }
+
     /// Run one operator method against the epoch's state; returns what it
     /// returned and the changes it emitted. A panic fails the dataflow only.
     fn call<T>(
@@ -373,7 +393,9 @@ impl NodeTask {
         let Some(micros) = self.saved else {
             return Ok(());
         };
+        let started = std::time::Instant::now();
         let (forwarded, output) = self.call(|op, cx| op.on_watermark(Watermark { micros }, cx))?;
+        self.count(0, &output, started);
         emit(&self.outputs, output).await?;
         self.forwarded = forwarded.map(|w| w.micros).max(self.saved);
         // Downstream operators learn where this input stands.
@@ -404,7 +426,9 @@ impl NodeTask {
         if self.forwarded >= Some(micros) {
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let (forwarded, output) = self.call(|op, cx| op.on_watermark(Watermark { micros }, cx))?;
+        self.count(0, &output, started);
         emit(&self.outputs, output).await?;
         if let Some(w) = forwarded.filter(|w| Some(w.micros) > self.forwarded) {
             self.forwarded = Some(w.micros);
@@ -414,10 +438,12 @@ impl NodeTask {
     }
 
     async fn barrier(&mut self, barrier: Barrier) -> Result<()> {
+        let started = std::time::Instant::now();
         let ((), output) = self.call(|op, cx| {
             cx.state.now = barrier.now;
             op.on_barrier(barrier, cx)
         })?;
+        self.count(0, &output, started);
         emit(&self.outputs, output).await?;
         let mut state = self.state.take().expect("created by the call above");
         if self.forwarded != self.saved {
@@ -470,6 +496,7 @@ struct SourceTask {
     replayed: bool,
     control: Receiver<Trigger>,
     shared: Shared,
+    profile: Arc<Profile>,
 }
 
 impl SourceTask {
@@ -550,6 +577,8 @@ impl SourceTask {
                 let exact = self.sources[index].partitions() == 1;
                 for (batch, watermark) in batches {
                     if !batch.is_empty() {
+                        self.profile.source_rows[index]
+                            .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
                         send(&self.outputs[index], Message::Changes(batch)).await?;
                     }
                     match watermark {
@@ -714,6 +743,16 @@ mod tests {
         let (left, left_rx) = channel(EDGE_CAPACITY);
         let (right, right_rx) = channel(EDGE_CAPACITY);
         let (reports_tx, mut reports) = channel(4);
+        let profile = Arc::new(Profile::of(&Dataflow {
+            view: 1,
+            name: "v".into(),
+            on_error: OnError::Null,
+            nodes: vec![crate::dataflow::graph::Node {
+                operator: Box::new(Recorder(Arc::default())),
+                inputs: Vec::new(),
+            }],
+            sources: Vec::new(),
+        }));
         let task = NodeTask {
             operator: Box::new(Recorder(seen.clone())),
             prefix: keys::node_prefix(1, 0),
@@ -734,6 +773,8 @@ mod tests {
                 budget: Arc::default(),
                 reports: reports_tx,
             },
+            profile: profile.clone(),
+            index: 0,
         };
         let running = tokio::spawn(task.run());
         let barrier = |epoch| Message::Barrier(Barrier { epoch, now: 0 });

@@ -20,6 +20,7 @@ mod connector;
 mod cursor;
 mod date_trunc;
 mod depth;
+mod explain;
 mod fetch;
 mod grant;
 mod precedence;
@@ -36,6 +37,7 @@ pub use precedence::fix_distinct_from;
 pub use comment::Comment;
 pub use connector::CreateSink;
 pub use cursor::{CursorSource, Fetch, Since, Subscribe, with_options};
+pub use explain::ExplainFormat;
 pub use grant::{Grant, GrantOn};
 pub use role::RoleOptions;
 
@@ -73,10 +75,18 @@ pub enum Statement {
     CreateView(CreateView),
     /// `CREATE VIEW name AS query`: a named query, inlined where used.
     CreateLogicalView(CreateView),
-    /// `EXPLAIN [(FORMAT DOT)] CREATE MATERIALIZED VIEW ...`: the dataflow graph.
+    /// `EXPLAIN [(FORMAT DOT | JSON)] CREATE MATERIALIZED VIEW ...`: the
+    /// dataflow graph it would run.
     ExplainView {
         create: CreateView,
-        dot: bool,
+        format: ExplainFormat,
+    },
+    /// `EXPLAIN [ANALYZE] [(...)] MATERIALIZED VIEW name`: the graph a view
+    /// runs, with its operators' counters and state under ANALYZE.
+    ExplainRunning {
+        name: String,
+        analyze: bool,
+        format: ExplainFormat,
     },
     /// `SUBSCRIBE v ...` and `COPY (SUBSCRIBE v ...) TO STDOUT`: a change stream in COPY format.
     CopySubscribe(Subscribe),
@@ -248,7 +258,7 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         ["CREATE", "MATERIALIZED", "VIEW", ..] => {
             create_view(&tokens, 3).map(Statement::CreateView)
         }
-        ["EXPLAIN", ..] if is_explain_create_view(&tokens) => explain_create_view(&tokens),
+        ["EXPLAIN", ..] if explain::is_about_a_view(&tokens) => explain::explain(&tokens),
         ["CREATE", "SUBSCRIPTION", ..] => cursor::create_subscription(&tokens),
         ["SUBSCRIBE", ..] => cursor::subscribe(&tokens).map(Statement::CopySubscribe),
         ["COPY", "(", "SUBSCRIBE", ..] => cursor::copy_subscribe(&tokens),
@@ -902,45 +912,6 @@ fn character_types(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 
 fn is_word(token: &Token, word: &str) -> bool {
     matches!(token, Token::Word(w) if w.quote_style.is_none() && w.value.eq_ignore_ascii_case(word))
-}
-
-fn is_explain_create_view(tokens: &[TokenWithSpan]) -> bool {
-    let words: Vec<&Token> = tokens
-        .iter()
-        .map(|t| &t.token)
-        .filter(|t| !is_space(t))
-        .collect();
-    words
-        .windows(3)
-        .any(|w| is_word(w[0], "CREATE") && is_word(w[1], "MATERIALIZED") && is_word(w[2], "VIEW"))
-}
-
-fn explain_create_view(tokens: &[TokenWithSpan]) -> Result<Statement> {
-    let solid: Vec<TokenWithSpan> = tokens
-        .iter()
-        .filter(|t| !is_space(&t.token))
-        .cloned()
-        .collect();
-    let create = solid
-        .iter()
-        .position(|t| is_word(&t.token, "CREATE"))
-        .ok_or_else(|| Error::Syntax("EXPLAIN needs a statement".into()))?;
-    let options: String = solid[1..create]
-        .iter()
-        .map(|t| t.token.to_string())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let dot = options
-        .to_uppercase()
-        .replace(' ', "")
-        .contains("FORMATDOT");
-    if !dot && !options.is_empty() && options.to_uppercase().replace(' ', "") != "(FORMATTEXT)" {
-        return Err(Error::NotSupported(format!(
-            "EXPLAIN options {options} are not supported here"
-        )));
-    }
-    let create = create_view(&solid[create..], 3)?;
-    Ok(Statement::ExplainView { create, dot })
 }
 
 /// `CREATE TABLE|STREAM ... [APPEND ONLY]` with optional `WATERMARK FOR col AS expr`.

@@ -16,10 +16,11 @@ use crate::catalog::{
     ColumnDef, Emit, Object, ObjectDef, OnError, Storage, Table, TableDef, View, ViewDef,
 };
 use crate::dataflow::graph::Dataflow;
+use crate::dataflow::profile::{Measured, Profile};
 use crate::error::{Error, Result};
 use crate::log::writer::log_end;
 use crate::session::{Engine, Output, Session};
-use crate::sql::parser::{CreateView, EmitClause};
+use crate::sql::parser::{CreateView, EmitClause, ExplainFormat};
 use crate::sql::plan::{Planner, ViewShape};
 
 pub async fn create(
@@ -307,7 +308,11 @@ pub async fn every_micros(
         .map_err(|e| Error::InvalidParameter(format!("{e}; for example {example}")))
 }
 
-pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Result<Output> {
+pub async fn explain(
+    engine: &Arc<Engine>,
+    create: CreateView,
+    format: ExplainFormat,
+) -> Result<Output> {
     let plan = plan_query(engine, &create.query).await?;
     if crate::sql::constants::reads_constants(&plan) {
         return Err(Error::NotSupported(
@@ -323,12 +328,57 @@ pub async fn explain(engine: &Arc<Engine>, create: CreateView, dot: bool) -> Res
     let dataflow = Planner::new(&engine.catalog, &props)
         .with_emit(emit)
         .build(Arc::new(Table::new(table)?), &plan, 0)?;
-    let text = if dot {
-        dataflow.explain_dot()
-    } else {
-        dataflow.explain()
+    print(&Profile::of(&dataflow), None, format)
+}
+
+/// `EXPLAIN [ANALYZE] MATERIALIZED VIEW name`: the graph the view runs, and
+/// under ANALYZE each operator's rows, time and state entries since the
+/// view started in this process.
+pub fn explain_running(
+    engine: &Arc<Engine>,
+    name: &str,
+    analyze: bool,
+    format: ExplainFormat,
+) -> Result<Output> {
+    let view = match engine.catalog.get(name) {
+        Some(Object::MaterializedView(view)) => view,
+        Some(_) => {
+            return Err(Error::WrongObjectType(format!(
+                "\"{name}\" is not a materialized view"
+            )));
+        }
+        None => return Err(Error::UndefinedTable(name.to_string())),
     };
-    super::show::text_lines("QUERY PLAN", &text)
+    let id = view.def.table.id;
+    let profile = engine.runtime.profile(id).ok_or_else(|| {
+        Error::PrerequisiteState(format!(
+            "materialized view \"{name}\" is not running (see SHOW MATERIALIZED VIEWS)"
+        ))
+    })?;
+    let measured = analyze.then(|| {
+        profile.measure(|node| {
+            engine
+                .store
+                .state_entries(&crate::state::keys::node_prefix(id, node))
+        })
+    });
+    print(&profile, measured.as_deref(), format)
+}
+
+fn print(
+    profile: &Profile,
+    measured: Option<&[Measured]>,
+    format: ExplainFormat,
+) -> Result<Output> {
+    match format {
+        ExplainFormat::Text => super::show::text_lines("QUERY PLAN", &profile.text(measured)),
+        ExplainFormat::Dot => super::show::text_lines("QUERY PLAN", &profile.dot(measured)),
+        ExplainFormat::Json => {
+            let json = serde_json::to_string_pretty(&profile.json(measured))
+                .map_err(|e| Error::Internal(format!("cannot print the plan: {e}")))?;
+            super::show::text_value("QUERY PLAN", json)
+        }
+    }
 }
 
 /// The table that holds a view's rows.

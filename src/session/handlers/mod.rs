@@ -150,9 +150,17 @@ pub async fn dispatch(
             owned(engine, session, &name, created)?;
             Ok(output)
         }
-        Statement::ExplainView { create, dot } => {
+        Statement::ExplainRunning {
+            name,
+            analyze,
+            format,
+        } => {
+            privileges::check(engine, &session.user, &name, Privilege::Select)?;
+            create_mv::explain_running(engine, &name, analyze, format)
+        }
+        Statement::ExplainView { create, format } => {
             privileges::check_query(engine, &session.user, &create.query)?;
-            create_mv::explain(engine, create, dot).await
+            create_mv::explain(engine, create, format).await
         }
         Statement::Comment(c) => comment::comment(engine, c),
         Statement::Grant(g) => grant::grant(engine, session, g),
@@ -238,7 +246,9 @@ pub async fn describe(
             None => Err(Error::UndefinedCursor(fetch.cursor.clone())),
         },
         Statement::Show(kind) => columns(show::objects_schema(*kind)),
-        Statement::ExplainView { .. } => columns(show::text_lines_schema()),
+        Statement::ExplainView { .. } | Statement::ExplainRunning { .. } => {
+            columns(show::text_lines_schema())
+        }
         Statement::ShowCreate { .. } => columns(show::create_schema()),
         Statement::ShowVariable(name) => columns(show::variable_schema(name)),
         Statement::ShowLateEvents => query::describe(engine, &show::late_events_query()?).await,

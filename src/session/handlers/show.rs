@@ -44,6 +44,11 @@ pub fn text_lines(column: &str, text: &str) -> Result<Output> {
     text_rows(text_schema(&[column]), rows, "EXPLAIN")
 }
 
+/// One text column with one row holding `text` whole (EXPLAIN's JSON).
+pub fn text_value(column: &str, text: String) -> Result<Output> {
+    text_rows(text_schema(&[column]), vec![vec![Some(text)]], "EXPLAIN")
+}
+
 pub fn objects_schema(kind: ObjectKind) -> SchemaRef {
     match kind {
         ObjectKind::MaterializedView => text_schema(&["Name", "Progress", "Status"]),
