@@ -10,6 +10,8 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 # openssl and curl: the TLS tests make certificates and fetch over HTTPS.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+# prometheus: tests/prometheus.rs scrapes a node with it.
+command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 # psql: tests/psql.rs runs its meta-commands against weir.
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
@@ -19,7 +21,7 @@ if ((${#missing[@]})); then
   sudo_cmd=()
   [[ $(id -u) -ne 0 ]] && sudo_cmd=(sudo)
   "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # psycopg 3: the Python driver the driver tests and the benchmarks use.

@@ -48,3 +48,37 @@ fn log_panics() {
         );
     }));
 }
+
+/// The process as Prometheus' client libraries report it (`process_*`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessStats {
+    /// User and system CPU time.
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    /// When the process started, in seconds since 1970.
+    pub start_time_seconds: f64,
+    pub open_fds: u64,
+}
+
+/// Read from `/proc`; `None` where there is none.
+pub fn process_stats() -> Option<ProcessStats> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+    let cpu_seconds = (field(14)? + field(15)?) / ticks;
+    let boot = std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())?;
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(ProcessStats {
+        cpu_seconds,
+        resident_bytes: pages * rustix::param::page_size() as u64,
+        start_time_seconds: boot + field(22)? / ticks,
+        open_fds,
+    })
+}

@@ -127,54 +127,252 @@ fn state_entries(engine: &Engine) -> String {
     out
 }
 
-fn metrics(engine: &Engine) -> String {
-    let m = engine.metrics();
-    let counters = [
-        (
-            "weir_statements_total",
-            "Statements executed.",
-            &m.statements,
-        ),
-        (
-            "weir_statement_errors_total",
-            "Statements that returned an error.",
-            &m.statement_errors,
-        ),
-        (
-            "weir_connections_total",
-            "Client connections accepted.",
-            &m.connections,
-        ),
-    ];
-    let mut out = String::new();
-    for (name, help, value) in counters {
-        out.push_str(&format!(
-            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
-            value.load(Ordering::Relaxed)
-        ));
+/// Prometheus' text exposition format, a metric family at a time.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) -> &mut Self {
+        self.0
+            .push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        self
     }
-    let read = engine.entries_read();
-    out.push_str(&format!(
-        "# HELP weir_state_entries_read_total RocksDB entries read by queries.\n# TYPE weir_state_entries_read_total counter\nweir_state_entries_read_total {read}\n"
-    ));
+
+    fn sample(
+        &mut self,
+        name: &str,
+        labels: &[(&str, &str)],
+        value: impl std::fmt::Display,
+    ) -> &mut Self {
+        let labels: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+            .collect();
+        match labels.is_empty() {
+            true => self.0.push_str(&format!("{name} {value}\n")),
+            false => self
+                .0
+                .push_str(&format!("{name}{{{}}} {value}\n", labels.join(","))),
+        }
+        self
+    }
+
+    /// A family of one unlabelled sample.
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help).sample(name, &[], value);
+    }
+}
+
+/// A label value with backslash, quote and newline escaped.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn metrics(engine: &Engine) -> String {
+    let mut out = Exposition::default();
+    let m = engine.metrics();
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    out.single(
+        "weir_statements_total",
+        "counter",
+        "Statements executed.",
+        load(&m.statements),
+    );
+    out.single(
+        "weir_statement_errors_total",
+        "counter",
+        "Statements that returned an error.",
+        load(&m.statement_errors),
+    );
+    out.single(
+        "weir_connections_total",
+        "counter",
+        "Client connections accepted.",
+        load(&m.connections),
+    );
+    out.single(
+        "weir_state_entries_read_total",
+        "counter",
+        "RocksDB entries read by queries.",
+        engine.entries_read(),
+    );
     // Every late row, and every row a view's expression failed on, is a
     // record in its system table's log.
-    let records = |table: &str| engine.records_in(table);
-    let late = records(crate::catalog::LATE_EVENTS);
-    out.push_str(&format!(
-        "# HELP weir_late_events_total Rows dropped for arriving after their window was final (see the late_events table).\n# TYPE weir_late_events_total counter\nweir_late_events_total {late}\n"
-    ));
-    let errors = records(crate::catalog::VIEW_ERRORS);
-    out.push_str(&format!(
-        "# HELP weir_view_errors_total Rows a view's expression failed on (see the view_errors table).\n# TYPE weir_view_errors_total counter\nweir_view_errors_total {errors}\n"
-    ));
-    let streams = engine.streams().running();
-    out.push_str(&format!(
-        "# HELP weir_change_streams COPY change streams running.\n# TYPE weir_change_streams gauge\nweir_change_streams {streams}\n"
-    ));
-    let tables = engine.object_count();
-    out.push_str(&format!(
-        "# HELP weir_catalog_objects Objects in the catalog.\n# TYPE weir_catalog_objects gauge\nweir_catalog_objects {tables}\n"
-    ));
-    out
+    out.single(
+        "weir_late_events_total",
+        "counter",
+        "Rows dropped for arriving after their window was final (see the late_events table).",
+        engine.records_in(crate::catalog::LATE_EVENTS),
+    );
+    out.single(
+        "weir_view_errors_total",
+        "counter",
+        "Rows a view's expression failed on (see the view_errors table).",
+        engine.records_in(crate::catalog::VIEW_ERRORS),
+    );
+    out.single(
+        "weir_change_streams",
+        "gauge",
+        "COPY change streams running.",
+        engine.streams().running(),
+    );
+    out.single(
+        "weir_catalog_objects",
+        "gauge",
+        "Objects in the catalog.",
+        engine.object_count(),
+    );
+    out.single(
+        "weir_epochs_total",
+        "counter",
+        "Number of the last epoch that changed a view (barriers are numbered from the first start).",
+        engine.epoch(),
+    );
+    views(&mut out, engine);
+    connectors(&mut out, engine);
+    let (files, memory) = engine.store_bytes();
+    out.single(
+        "weir_store_file_bytes",
+        "gauge",
+        "Bytes of the store's table files.",
+        files,
+    );
+    out.single(
+        "weir_store_memtable_bytes",
+        "gauge",
+        "Bytes of the store's memtables.",
+        memory,
+    );
+    process(&mut out);
+    out.0
+}
+
+/// A per-view metric: name, type, help, and its value for a view.
+type ViewFamily = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&crate::session::ViewStatus) -> f64,
+);
+
+fn views(out: &mut Exposition, engine: &Engine) {
+    let views = engine.view_statuses();
+    let families: [ViewFamily; 5] = [
+        (
+            "weir_view_changes_read_total",
+            "counter",
+            "Changes a view read from its inputs since it started.",
+            |v| v.changes_read as f64,
+        ),
+        (
+            "weir_view_epochs_total",
+            "counter",
+            "Epochs a view committed since it started.",
+            |v| v.epochs as f64,
+        ),
+        (
+            "weir_view_operator_seconds_total",
+            "counter",
+            "Time a view's operators spent in their own code.",
+            |v| v.operator_seconds,
+        ),
+        (
+            "weir_view_progress_ratio",
+            "gauge",
+            "How far a view has read its inputs, 0 to 1.",
+            |v| v.progress,
+        ),
+        (
+            "weir_view_failed",
+            "gauge",
+            "1 when a view stopped on an error.",
+            |v| f64::from(u8::from(v.failed.is_some())),
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        out.family(name, kind, help);
+        for view in &views {
+            out.sample(name, &[("view", &view.name)], value(view));
+        }
+    }
+}
+
+fn connectors(out: &mut Exposition, engine: &Engine) {
+    let all = engine.connector_statuses();
+    let (sinks, sources): (Vec<_>, Vec<_>) = all.iter().partition(|c| c.sink);
+    let running = |c: &crate::session::ConnectorStatus| u8::from(c.status == "running");
+    out.family(
+        "weir_source_messages_total",
+        "counter",
+        "Messages a source read since the node started.",
+    );
+    for c in &sources {
+        out.sample(
+            "weir_source_messages_total",
+            &[("source", &c.name)],
+            c.messages,
+        );
+    }
+    out.family(
+        "weir_source_errors_total",
+        "counter",
+        "Messages a source could not read (see source_errors).",
+    );
+    for c in &sources {
+        out.sample("weir_source_errors_total", &[("source", &c.name)], c.errors);
+    }
+    out.family(
+        "weir_sink_messages_total",
+        "counter",
+        "Messages a sink wrote since the node started.",
+    );
+    for c in &sinks {
+        out.sample("weir_sink_messages_total", &[("sink", &c.name)], c.messages);
+    }
+    out.family(
+        "weir_connector_running",
+        "gauge",
+        "1 while a source or sink runs, 0 while it retries or has failed.",
+    );
+    for c in &all {
+        let kind = if c.sink { "sink" } else { "source" };
+        out.sample(
+            "weir_connector_running",
+            &[("name", &c.name), ("kind", kind)],
+            running(c),
+        );
+    }
+}
+
+fn process(out: &mut Exposition) {
+    let Some(p) = crate::telemetry::process_stats() else {
+        return;
+    };
+    out.single(
+        "process_cpu_seconds_total",
+        "counter",
+        "User and system CPU time spent.",
+        p.cpu_seconds,
+    );
+    out.single(
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size.",
+        p.resident_bytes,
+    );
+    out.single(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since 1970.",
+        p.start_time_seconds,
+    );
+    out.single(
+        "process_open_fds",
+        "gauge",
+        "Open file descriptors.",
+        p.open_fds,
+    );
 }

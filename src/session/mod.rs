@@ -2,6 +2,7 @@
 
 mod engine;
 pub mod handlers;
+mod observe;
 pub mod privileges;
 pub mod streams;
 pub mod wire;
@@ -18,6 +19,7 @@ pub use crate::dataflow::clock::Clock;
 pub use crate::dataflow::node::blocking;
 pub use crate::dataflow::subscribe;
 pub use engine::{Engine, Metrics};
+pub use observe::{ConnectorStatus, ViewStatus};
 
 use crate::catalog::Table;
 use crate::error::Result;

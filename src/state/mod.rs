@@ -147,6 +147,23 @@ impl Store {
         }
     }
 
+    /// Bytes of table files and of memtables, over every family.
+    pub fn size(&self) -> (u64, u64) {
+        let property = |family: &str, name: &str| {
+            self.db
+                .property_int_value_cf(cf(&self.db, family), name)
+                .ok()
+                .flatten()
+                .unwrap_or(0)
+        };
+        FAMILIES.iter().fold((0, 0), |(files, memory), family| {
+            (
+                files + property(family, "rocksdb.total-sst-files-size"),
+                memory + property(family, "rocksdb.size-all-mem-tables"),
+            )
+        })
+    }
+
     /// A consistent view of everything committed so far.
     pub fn read_view(&self) -> Arc<ReadView> {
         self.unapplied.settle_for_read(&self.db);
