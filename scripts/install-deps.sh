@@ -10,8 +10,10 @@ command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 # openssl and curl: the TLS tests make certificates and fetch over HTTPS.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
-# prometheus: tests/prometheus.rs scrapes a node with it.
+# prometheus: tests/prometheus.rs scrapes a node with it; chromium:
+# tests/dashboard.rs opens the dashboard in it, headless.
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v cc >/dev/null 2>&1 || missing+=(build-essential)
 # psql: tests/psql.rs runs its meta-commands against weir.
 command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
@@ -45,4 +47,11 @@ node_tests="$(dirname "$0")/../tests/drivers/node"
 if [[ ! -d $node_tests/node_modules/pg ]]; then
   echo "installing: node-postgres (npm ci in tests/drivers/node)" >&2
   (cd "$node_tests" && npm ci --no-audit --no-fund --silent)
+fi
+# playwright-core drives Chromium for tests/dashboard.rs; it uses Debian's
+# chromium and downloads no browser of its own.
+dashboard_tests="$(dirname "$0")/../tests/dashboard"
+if [[ ! -d $dashboard_tests/node_modules/playwright-core ]]; then
+  echo "installing: playwright-core (npm ci in tests/dashboard)" >&2
+  (cd "$dashboard_tests" && npm ci --no-audit --no-fund --silent)
 fi

@@ -1,7 +1,8 @@
-//! The HTTP endpoint, read-only: `GET /metrics` in Prometheus' text
-//! format, and `GET /state`, which counts every view's operator state
-//! entries exactly (it walks the state, so it is for inspection, not for
-//! scraping). What changes the node goes through pgwire, where roles are
+//! The HTTP endpoint, read-only: the dashboard at `/` and the JSON it
+//! reads (`/api/overview`, `/api/views/NAME`), `GET /metrics` in
+//! Prometheus' text format, and `GET /state`, which counts every view's
+//! operator state entries exactly (it walks the state, so it is for
+//! inspection, not for scraping). What changes the node goes through pgwire, where roles are
 //! checked (`VACUUM` compacts the store).
 //!
 //! With `--tls-cert` the port speaks HTTPS with the pgwire port's
@@ -65,12 +66,21 @@ async fn accept(engine: &Engine, socket: TcpStream, tls: Option<HttpTls>) -> std
         return respond(
             socket,
             "403 Forbidden",
+            TEXT,
             "TLS is required: use https\n".to_string(),
         )
         .await;
     }
     serve(engine, socket).await
 }
+
+/// The dashboard: one page, compiled in, that reads `/api/...`.
+const DASHBOARD: &str = include_str!("dashboard/index.html");
+
+const TEXT: &str = "text/plain; charset=utf-8";
+/// Prometheus' text format is plain text with a version parameter.
+const PROMETHEUS: &str = "text/plain; version=0.0.4";
+const JSON: &str = "application/json";
 
 async fn serve<S>(engine: &Engine, mut socket: S) -> std::io::Result<()>
 where
@@ -81,33 +91,79 @@ where
     let request = String::from_utf8_lossy(&buffer[..n]);
     let mut line = request.split_whitespace();
     let method = line.next().unwrap_or("GET");
-    let path = line.next().unwrap_or("/");
-    let (status, body) = match (method, path) {
-        ("GET", "/metrics") => ("200 OK", metrics(engine)),
-        ("GET", "/state") => ("200 OK", state_entries(engine)),
-        ("GET", "/") => ("200 OK", "weir: see /metrics\n".to_string()),
-        (_, "/metrics" | "/state" | "/") => (
+    let target = line.next().unwrap_or("/");
+    let path = target.split('?').next().unwrap_or(target);
+    let (status, content_type, body) = match (method, path) {
+        ("GET", "/metrics") => ("200 OK", PROMETHEUS, metrics(engine)),
+        ("GET", "/state") => ("200 OK", PROMETHEUS, state_entries(engine)),
+        ("GET", "/") => ("200 OK", "text/html; charset=utf-8", DASHBOARD.to_string()),
+        ("GET", "/api/overview") => ("200 OK", JSON, engine.overview().to_string()),
+        ("GET", _) if path.starts_with("/api/views/") => {
+            view_graph(engine, &path["/api/views/".len()..])
+        }
+        (_, "/metrics" | "/state" | "/" | "/api/overview") => (
             "405 Method Not Allowed",
+            TEXT,
             "the HTTP endpoint is read-only: use GET\n".to_string(),
         ),
-        _ => ("404 Not Found", "not found\n".to_string()),
+        _ => ("404 Not Found", TEXT, "not found\n".to_string()),
     };
-    respond(socket, status, body).await
+    respond(socket, status, content_type, body).await
 }
 
-async fn respond<S>(mut socket: S, status: &str, body: String) -> std::io::Result<()>
+/// A running view's graph and counters, by its URL-encoded name.
+fn view_graph(engine: &Engine, encoded: &str) -> (&'static str, &'static str, String) {
+    let name = percent_decode(encoded);
+    match engine.view_graph(&name) {
+        Some(graph) => ("200 OK", JSON, graph.to_string()),
+        None => (
+            "404 Not Found",
+            TEXT,
+            format!("no running materialized view is named \"{name}\"\n"),
+        ),
+    }
+}
+
+/// `%XX` escapes decoded; anything malformed is kept as it is.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn respond<S>(
+    mut socket: S,
+    status: &str,
+    content_type: &str,
+    body: String,
+) -> std::io::Result<()>
 where
     S: AsyncWrite + Unpin,
 {
-    // Prometheus' text format is plain text with a version parameter.
-    let content_type = "text/plain; version=0.0.4";
     let allow = if status.starts_with("405") {
         "Allow: GET\r\n"
     } else {
         ""
     };
     let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     socket.write_all(response.as_bytes()).await?;

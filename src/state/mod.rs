@@ -115,10 +115,16 @@ impl Store {
 
     /// Entries of the state family under `prefix`, counted one by one.
     pub fn state_entries(&self, prefix: &[u8]) -> usize {
+        self.state_entries_up_to(prefix, usize::MAX)
+    }
+
+    /// Like [`Store::state_entries`], stopping at `limit`.
+    pub fn state_entries_up_to(&self, prefix: &[u8], limit: usize) -> usize {
         self.db
             .prefix_iterator_cf(cf(&self.db, CF_STATE), prefix)
             .filter_map(|entry| entry.ok())
             .take_while(|(key, _)| key.starts_with(prefix))
+            .take(limit)
             .count()
     }
 
