@@ -89,6 +89,7 @@ mod layout {
                 "state",
                 "config",
                 "error",
+                "telemetry",
             ],
         ),
         (

@@ -81,9 +81,14 @@ fn options_end(words: &[TokenWithSpan]) -> usize {
 }
 
 /// `ANALYZE` and the parenthesized options: whether to analyze, and the format.
-fn options(words: &[TokenWithSpan]) -> Result<(bool, ExplainFormat)> {
+fn options(mut words: &[TokenWithSpan]) -> Result<(bool, ExplainFormat)> {
     let mut analyze = false;
     let mut format = ExplainFormat::Text;
+    // `EXPLAIN ANALYZE (...)`: the bare word comes before the list.
+    if words.first().is_some_and(|t| is_word(&t.token, "ANALYZE")) {
+        analyze = true;
+        words = &words[1..];
+    }
     let text: Vec<String> = words
         .iter()
         .filter(|t| !matches!(t.token, Token::LParen | Token::RParen))
