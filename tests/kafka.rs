@@ -149,6 +149,24 @@ async fn a_csv_source_reads_fields_in_column_order() {
     )
     .await;
     wait_for(&client, "SELECT count(*) FROM source_errors", &["1"]).await;
+    // The source has read its one partition to the end: no lag, once it
+    // has asked the broker where the partition ends.
+    let lag = "weir_source_lag_messages{source=\"fruit\",partition=\"0\"} 0";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server.http_get("/metrics").await.contains(lag) {
+        assert!(Instant::now() < deadline, "no {lag}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let overview = server.http_get("/api/overview").await;
+    let body = overview.split("\r\n\r\n").nth(1).expect("a body");
+    let overview: serde_json::Value = serde_json::from_str(body).expect("json");
+    let fruit = &overview["connectors"][0];
+    assert_eq!(fruit["name"], "fruit", "{overview}");
+    assert_eq!(
+        fruit["partitions"],
+        serde_json::json!([{"partition": 0, "next": 4, "high": 4, "lag": 0}]),
+        "{overview}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

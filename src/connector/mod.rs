@@ -18,7 +18,7 @@ pub mod format;
 pub mod generator;
 pub mod kafka;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -90,9 +90,35 @@ pub struct Progress {
     pub messages: std::sync::atomic::AtomicU64,
     /// Messages a source could not read.
     pub errors: std::sync::atomic::AtomicU64,
+    /// A Kafka source's position in each partition it reads.
+    partitions: Mutex<BTreeMap<i32, Position>>,
+}
+
+/// Where a source stands in one Kafka partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The offset after the last message it took.
+    pub next: i64,
+    /// The partition's end (high watermark) as last fetched.
+    pub high: i64,
+}
+
+impl Position {
+    /// Messages in the partition the source has not read yet.
+    pub fn lag(&self) -> i64 {
+        (self.high - self.next).max(0)
+    }
 }
 
 impl Progress {
+    pub fn set_position(&self, partition: i32, position: Position) {
+        self.partitions.lock().insert(partition, position);
+    }
+
+    pub fn positions(&self) -> BTreeMap<i32, Position> {
+        self.partitions.lock().clone()
+    }
+
     pub fn set(&self, status: Status) {
         *self.status.lock() = Some(status);
     }

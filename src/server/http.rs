@@ -381,6 +381,21 @@ fn connectors(out: &mut Exposition, engine: &Engine) {
         out.sample("weir_source_errors_total", &[("source", &c.name)], c.errors);
     }
     out.family(
+        "weir_source_lag_messages",
+        "gauge",
+        "Messages in a Kafka partition a source has not read yet (checked every 5 s while it reads).",
+    );
+    for c in &sources {
+        for (partition, position) in &c.partitions {
+            let partition = partition.to_string();
+            out.sample(
+                "weir_source_lag_messages",
+                &[("source", &c.name), ("partition", &partition)],
+                position.lag(),
+            );
+        }
+    }
+    out.family(
         "weir_sink_messages_total",
         "counter",
         "Messages a sink wrote since the node started.",

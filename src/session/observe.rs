@@ -34,6 +34,8 @@ pub struct ConnectorStatus {
     /// Messages a source could not read.
     pub errors: u64,
     pub status: String,
+    /// A Kafka source's position and end in each partition.
+    pub partitions: Vec<(i32, crate::connector::Position)>,
 }
 
 impl Engine {
@@ -71,12 +73,18 @@ impl Engine {
     pub fn connector_statuses(&self) -> Vec<ConnectorStatus> {
         let status = |name: &str, id: u64, sink: bool| {
             let (messages, errors) = connector::counts(self, id);
+            let partitions = self
+                .connectors
+                .progress(id)
+                .map(|p| p.positions().into_iter().collect())
+                .unwrap_or_default();
             ConnectorStatus {
                 name: name.to_string(),
                 sink,
                 messages,
                 errors,
                 status: connector::status(self, id),
+                partitions,
             }
         };
         let sources = self
@@ -150,12 +158,20 @@ impl Engine {
             .connector_statuses()
             .into_iter()
             .map(|c| {
+                let partitions: Vec<Value> = c
+                    .partitions
+                    .iter()
+                    .map(|(partition, p)| {
+                        json!({"partition": partition, "next": p.next, "high": p.high, "lag": p.lag()})
+                    })
+                    .collect();
                 json!({
                     "name": c.name,
                     "kind": if c.sink { "sink" } else { "source" },
                     "messages": c.messages,
                     "errors": c.errors,
                     "status": c.status,
+                    "partitions": partitions,
                 })
             })
             .collect();

@@ -20,7 +20,7 @@ use super::{MAX_BATCH, OnError, REQUEST_TIMEOUT, SourceOptions, Startup, partiti
 use crate::catalog::{Metadata, SOURCE_ERRORS, Table};
 use crate::connector::errors::{self, BadMessage};
 use crate::connector::format::{CsvOptions, Decoder, Encode};
-use crate::connector::{Failure, Handle, Progress, Status};
+use crate::connector::{Failure, Handle, Position, Progress, Status};
 use crate::dataflow::node::Node;
 use crate::error::{Error, Result};
 use crate::log::writer::{self, WriteOp};
@@ -54,9 +54,49 @@ pub async fn source(
     consumer.assign(&assignment)?;
     let mut reader = Reader::new(node, table, options, &partitions)?;
     handle.progress.set(Status::Running);
+    let mut positions = BTreeMap::new();
+    let mut asked = None;
     loop {
         let messages = next_messages(&consumer).await?;
-        reader.ingest(messages, &handle.progress).await?;
+        positions.extend(reader.ingest(messages, &handle.progress).await?);
+        if asked.is_none_or(|at: std::time::Instant| at.elapsed() >= LAG_INTERVAL) {
+            asked = Some(std::time::Instant::now());
+            let topic = reader.options.client.topic.clone();
+            record_lag(&consumer, topic, &positions, &handle.progress).await;
+        }
+    }
+}
+
+/// How often a source asks the broker where its partitions end.
+const LAG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Keep each partition's read position beside its end, for the lag the
+/// metrics and the dashboard show. A broker that does not answer leaves
+/// the last figures.
+async fn record_lag(
+    consumer: &Arc<StreamConsumer>,
+    topic: String,
+    positions: &BTreeMap<i32, i64>,
+    progress: &Progress,
+) {
+    let client = consumer.clone();
+    let wanted: Vec<i32> = positions.keys().copied().collect();
+    let ends = tokio::task::spawn_blocking(move || {
+        wanted
+            .into_iter()
+            .filter_map(|p| {
+                Some((
+                    p,
+                    client.fetch_watermarks(&topic, p, REQUEST_TIMEOUT).ok()?.1,
+                ))
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for (partition, high) in ends {
+        let next = positions[&partition];
+        progress.set_position(partition, Position { next, high });
     }
 }
 
@@ -257,12 +297,13 @@ impl Reader {
         })
     }
 
-    /// Write the messages, each partition's as one write with its position.
+    /// Write the messages, each partition's as one write with its position;
+    /// the position written for each partition.
     async fn ingest(
         &mut self,
         messages: Vec<OwnedMessage>,
         progress: &Progress,
-    ) -> std::result::Result<(), Failure> {
+    ) -> std::result::Result<Vec<(i32, i64)>, Failure> {
         let mut by_partition: BTreeMap<i32, Vec<OwnedMessage>> = BTreeMap::new();
         for message in messages {
             by_partition
@@ -287,6 +328,7 @@ impl Reader {
         // source": its rows are judged against the watermark from before it.
         let mut producers = Vec::with_capacity(reads.len());
         let mut rows = Vec::new();
+        let positions: Vec<(i32, i64)> = reads.iter().map(|r| (r.partition, r.next)).collect();
         for read in reads {
             self.marks.observe(read.partition, read.mark);
             producers.push((
@@ -305,7 +347,7 @@ impl Reader {
         Progress::count(&progress.messages, written);
         match fatal {
             Some(why) => Err(Failure::Fatal(why)),
-            None => Ok(()),
+            None => Ok(positions),
         }
     }
 
