@@ -316,7 +316,7 @@ type ViewFamily = (
 
 fn views(out: &mut Exposition, engine: &Engine) {
     let views = engine.view_statuses();
-    let families: [ViewFamily; 5] = [
+    let families: [ViewFamily; 6] = [
         (
             "weir_view_changes_read_total",
             "counter",
@@ -346,6 +346,12 @@ fn views(out: &mut Exposition, engine: &Engine) {
             "gauge",
             "1 when a view stopped on an error.",
             |v| f64::from(u8::from(v.failed.is_some())),
+        ),
+        (
+            "weir_view_state_bytes",
+            "gauge",
+            "Bytes of a view's operator state in the store's files (RocksDB's estimate).",
+            |v| v.state_bytes as f64,
         ),
     ];
     for (name, kind, help, value) in families {

@@ -118,6 +118,18 @@ impl Store {
         self.state_entries_up_to(prefix, usize::MAX)
     }
 
+    /// Bytes the table files spend on the state family's keys under
+    /// `prefix`, as RocksDB estimates them (what memtables hold is not in it).
+    pub fn state_bytes(&self, prefix: &[u8]) -> u64 {
+        let end = keys::prefix_end(prefix);
+        let range = rocksdb::Range::new(prefix, &end);
+        self.db
+            .get_approximate_sizes_cf(cf(&self.db, CF_STATE), &[range])
+            .first()
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Like [`Store::state_entries`], stopping at `limit`.
     pub fn state_entries_up_to(&self, prefix: &[u8], limit: usize) -> usize {
         self.db
