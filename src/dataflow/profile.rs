@@ -61,6 +61,9 @@ pub struct Profile {
     pub source_rows: Vec<AtomicU64>,
     /// Epochs the view has committed.
     pub epochs: AtomicU64,
+    /// Records its inputs' logs hold that it had not read, as of the last
+    /// epoch that changed something.
+    pub behind: AtomicU64,
 }
 
 /// A snapshot of one operator's counters and state, for printing.
@@ -101,6 +104,7 @@ impl Profile {
             nodes,
             sources,
             epochs: AtomicU64::new(0),
+            behind: AtomicU64::new(0),
         }
     }
 

@@ -695,6 +695,10 @@ impl Worker {
                 (read as f64 / total as f64).min(1.0)
             };
             progress.insert(running.view, fraction);
+            running.profile.behind.store(
+                total.saturating_sub(read),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 

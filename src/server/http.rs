@@ -316,7 +316,7 @@ type ViewFamily = (
 
 fn views(out: &mut Exposition, engine: &Engine) {
     let views = engine.view_statuses();
-    let families: [ViewFamily; 6] = [
+    let families: [ViewFamily; 7] = [
         (
             "weir_view_changes_read_total",
             "counter",
@@ -346,6 +346,12 @@ fn views(out: &mut Exposition, engine: &Engine) {
             "gauge",
             "1 when a view stopped on an error.",
             |v| f64::from(u8::from(v.failed.is_some())),
+        ),
+        (
+            "weir_view_behind_records",
+            "gauge",
+            "Records in a view's inputs it has not read yet.",
+            |v| v.behind as f64,
         ),
         (
             "weir_view_state_bytes",

@@ -21,6 +21,8 @@ pub struct ViewStatus {
     pub operator_seconds: f64,
     /// How far it has read its inputs, 0 to 1.
     pub progress: f64,
+    /// Records in its inputs it has not read yet.
+    pub behind: u64,
     /// Its operators' state in the store's files, estimated.
     pub state_bytes: u64,
     pub failed: Option<String>,
@@ -63,6 +65,7 @@ impl Engine {
                     epochs: profile.epochs.load(Ordering::Relaxed),
                     operator_seconds: busy as f64 / 1e9,
                     progress: self.runtime.progress(profile.view).unwrap_or(0.0),
+                    behind: profile.behind.load(Ordering::Relaxed),
                     state_bytes: self.store.state_bytes(&profile.view.to_be_bytes()),
                     failed: self.runtime.failure(profile.view).map(|f| f.message),
                 }
@@ -152,6 +155,7 @@ impl Engine {
                     "epochs": v.epochs,
                     "operator_seconds": v.operator_seconds,
                     "progress": v.progress,
+                    "behind": v.behind,
                     "state_bytes": v.state_bytes,
                     "watermark": watermark,
                     "status": v.failed.map_or("running".to_string(), |f| format!("failed: {f}")),
