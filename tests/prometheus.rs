@@ -116,6 +116,8 @@ async fn prometheus_scrapes_the_node_and_answers_queries() {
     prometheus.wait_for("weir_view_changes_read_total{view=\"per_key\"}", |v| {
         v == 1000.0
     });
+    prometheus.wait_for("weir_view_behind_records{view=\"per_key\"}", |v| v == 0.0);
+    prometheus.wait_for("weir_view_progress_ratio{view=\"per_key\"}", |v| v == 1.0);
     let statements = prometheus.wait_for("weir_statements_total", |v| v >= 4.0);
     // A counter Prometheus keeps scraping moves with the node.
     client
