@@ -60,6 +60,17 @@ fn weir(args: &[&str], envs: &[(&str, &str)]) -> (bool, String) {
     (output.status.success(), text)
 }
 
+fn run_backup(data: &Path, to: &Path) -> (bool, String) {
+    weir(&["backup", "--data-dir", path(data), "--to", path(to)], &[])
+}
+
+fn run_restore(from: &Path, data: &Path) -> (bool, String) {
+    weir(
+        &["restore", "--from", path(from), "--data-dir", path(data)],
+        &[],
+    )
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 path")
 }
@@ -77,10 +88,7 @@ async fn a_backup_of_a_running_node_restores_every_relation() {
     setup(&client).await;
     let before = contents(&client).await;
 
-    let (ok, said) = weir(
-        &["backup", "--data-dir", path(&data), "--to", path(&backup)],
-        &[],
-    );
+    let (ok, said) = run_backup(&data, &backup);
     assert!(ok && said.contains("backed up"), "{said}");
     // A second backup while another session writes: wherever its cut
     // falls, every view of the copy agrees with the copy's table.
@@ -94,10 +102,7 @@ async fn a_backup_of_a_running_node_restores_every_relation() {
         }
     });
     let during = dirs.path().join("during");
-    let (ok, said) = weir(
-        &["backup", "--data-dir", path(&data), "--to", path(&during)],
-        &[],
-    );
+    let (ok, said) = run_backup(&data, &during);
     assert!(ok, "{said}");
     writing.await.expect("the writer");
     // What the node does after the backup is not in it.
@@ -106,16 +111,7 @@ async fn a_backup_of_a_running_node_restores_every_relation() {
         .await
         .expect("a later write");
 
-    let (ok, said) = weir(
-        &[
-            "restore",
-            "--from",
-            path(&backup),
-            "--data-dir",
-            path(&restored),
-        ],
-        &[],
-    );
+    let (ok, said) = run_restore(&backup, &restored);
     assert!(ok && said.contains("restored"), "{said}");
     let copy = TestServer::start_in(restored.clone(), &[]);
     let restored_client = copy.connect().await;
@@ -136,16 +132,7 @@ async fn a_backup_of_a_running_node_restores_every_relation() {
     );
 
     let copy_during = dirs.path().join("copy-during");
-    let (ok, said) = weir(
-        &[
-            "restore",
-            "--from",
-            path(&during),
-            "--data-dir",
-            path(&copy_during),
-        ],
-        &[],
-    );
+    let (ok, said) = run_restore(&during, &copy_during);
     assert!(ok, "{said}");
     let cut = TestServer::start_in(copy_during, &[]);
     let cut_client = cut.connect().await;
@@ -157,43 +144,13 @@ async fn a_backup_of_a_running_node_restores_every_relation() {
     );
 
     // Nothing is overwritten: not a backup, not a data directory.
-    let (ok, said) = weir(
-        &["backup", "--data-dir", path(&data), "--to", path(&backup)],
-        &[],
-    );
+    let (ok, said) = run_backup(&data, &backup);
     assert!(!ok && said.contains("not empty"), "{said}");
-    let (ok, said) = weir(
-        &[
-            "restore",
-            "--from",
-            path(&backup),
-            "--data-dir",
-            path(&restored),
-        ],
-        &[],
-    );
+    let (ok, said) = run_restore(&backup, &restored);
     assert!(!ok && said.contains("not empty"), "{said}");
-    let (ok, said) = weir(
-        &[
-            "restore",
-            "--from",
-            path(&data),
-            "--data-dir",
-            path(&dirs.path().join("x")),
-        ],
-        &[],
-    );
+    let (ok, said) = run_restore(&data, &dirs.path().join("x"));
     assert!(!ok && said.contains("is not a weir backup"), "{said}");
-    let (ok, said) = weir(
-        &[
-            "backup",
-            "--data-dir",
-            path(&dirs.path().join("none")),
-            "--to",
-            path(&dirs.path().join("y")),
-        ],
-        &[],
-    );
+    let (ok, said) = run_backup(&dirs.path().join("none"), &dirs.path().join("y"));
     assert!(
         !ok && said.contains("holds no weir data directory"),
         "{said}"
@@ -219,21 +176,9 @@ async fn a_stopped_node_is_backed_up_from_its_files() {
         "the node file goes with the node"
     );
 
-    let (ok, said) = weir(
-        &["backup", "--data-dir", path(&data), "--to", path(&backup)],
-        &[],
-    );
+    let (ok, said) = run_backup(&data, &backup);
     assert!(ok, "{said}");
-    let (ok, said) = weir(
-        &[
-            "restore",
-            "--from",
-            path(&backup),
-            "--data-dir",
-            path(&restored),
-        ],
-        &[],
-    );
+    let (ok, said) = run_restore(&backup, &restored);
     assert!(ok, "{said}");
     let copy = TestServer::start_in(restored, &[]);
     assert_eq!(contents(&copy.connect().await).await, before);

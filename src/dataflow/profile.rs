@@ -75,6 +75,19 @@ pub struct Measured {
     pub state_entries: usize,
 }
 
+impl Measured {
+    /// One line: `rows in 1000, out 990, time 0.179 ms, state entries 0`.
+    fn summary(&self) -> String {
+        format!(
+            "rows in {}, out {}, time {:.3} ms, state entries {}",
+            self.rows_in,
+            self.rows_out,
+            self.busy_nanos as f64 / 1e6,
+            self.state_entries
+        )
+    }
+}
+
 impl Profile {
     pub fn of(dataflow: &Dataflow) -> Profile {
         let nodes: Vec<NodeInfo> = dataflow
@@ -145,13 +158,7 @@ impl Profile {
             out.push_str(&format!(": {}", info.detail));
         }
         if let Some(m) = measured.and_then(|m| m.get(node)) {
-            out.push_str(&format!(
-                " (rows in {}, out {}, time {:.3} ms, state entries {})",
-                m.rows_in,
-                m.rows_out,
-                m.busy_nanos as f64 / 1e6,
-                m.state_entries
-            ));
+            out.push_str(&format!(" ({})", m.summary()));
         }
         out.push('\n');
         for (index, source) in self.sources.iter().enumerate() {
@@ -177,13 +184,7 @@ impl Profile {
         for (i, node) in self.nodes.iter().enumerate() {
             let mut label = format!("{}\\n{}", node.name, node.detail.replace('"', "\\\""));
             if let Some(m) = measured.and_then(|m| m.get(i)) {
-                label.push_str(&format!(
-                    "\\nrows in {} out {}\\n{:.3} ms, {} state entries",
-                    m.rows_in,
-                    m.rows_out,
-                    m.busy_nanos as f64 / 1e6,
-                    m.state_entries
-                ));
+                label.push_str(&format!("\\n{}", m.summary()));
             }
             out.push_str(&format!("  n{i} [shape=box, label=\"{label}\"];\n"));
             for input in &node.inputs {
