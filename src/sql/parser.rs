@@ -23,6 +23,7 @@ mod depth;
 mod explain;
 mod fetch;
 mod grant;
+mod nulls;
 mod precedence;
 mod role;
 mod setop;
@@ -238,7 +239,7 @@ fn leading_words(tokens: &[TokenWithSpan], n: usize) -> Vec<String> {
 
 fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
     depth::check(&tokens)?;
-    let tokens = plain_numbers(character_types(tokens));
+    let tokens = nulls::after_arguments(plain_numbers(character_types(tokens)));
     let words = leading_words(&tokens, 4);
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     match w.as_slice() {
