@@ -314,6 +314,9 @@ fn session_context(
     ctx.register_udtf(crate::sql::lookup::FUNCTION, Arc::new(lookup));
     crate::sql::pg_catalog::setup(&ctx, DATABASE, catalog)?;
     ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
+    for function in crate::sql::make_time::functions() {
+        ctx.register_udf(function);
+    }
     // DataFusion's functions of these names go with their aliases, which a
     // rebuilt state would otherwise register again over ours.
     let options = ctx.copied_config();

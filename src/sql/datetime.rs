@@ -316,6 +316,15 @@ pub fn parse_zone(text: &str) -> std::result::Result<Tz, String> {
     text.parse().map_err(|e| format!("{e}"))
 }
 
+/// A local time in a zone as microseconds since the epoch, as
+/// `make_timestamptz` reads its fields.
+pub fn local_to_utc(at: NaiveDateTime, zone: Tz) -> i64 {
+    match to_utc(at, zone) {
+        Ok(micros) => micros,
+        Err(_) => at.and_utc().timestamp_micros(),
+    }
+}
+
 /// A local time in a zone as microseconds since the epoch; in a gap or
 /// overlap of a daylight-saving change, the earlier reading.
 fn to_utc(at: NaiveDateTime, zone: Tz) -> std::result::Result<i64, Failure> {

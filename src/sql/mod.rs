@@ -10,6 +10,7 @@ pub mod grouping_sets;
 pub mod interval_arith;
 pub mod keyaccess;
 pub mod lookup;
+pub mod make_time;
 pub mod parser;
 pub mod percentile;
 pub mod pg_catalog;
