@@ -62,6 +62,9 @@ pub enum Error {
     /// A file or directory that is there already (a backup's target).
     #[error("{0}")]
     DuplicateFile(String),
+    /// A window frame PostgreSQL refuses.
+    #[error("{0}")]
+    WindowingError(String),
     /// A statement that cannot run inside `BEGIN ... COMMIT`.
     #[error("{0}")]
     ActiveTransaction(String),
@@ -208,6 +211,7 @@ impl Error {
             Error::InvalidGrantOperation(_) => "0LP01",
             Error::UndefinedSchema(_) => "3F000",
             Error::ActiveTransaction(_) => "25001",
+            Error::WindowingError(_) => "42P20",
             Error::DuplicateFile(_) => "58P02",
             Error::ReservedName(_) => "42939",
             Error::DiskFull(_) => "53100",

@@ -22,6 +22,7 @@ mod date_trunc;
 mod depth;
 mod explain;
 mod fetch;
+mod frames;
 mod grant;
 mod nulls;
 mod precedence;
@@ -335,6 +336,7 @@ fn normalize<V: VisitMut>(node: &mut V) -> Result<()> {
     using::nest(node);
     srf::unnest(node);
     date_trunc::long_units(node);
+    frames::empty_frames(node)?;
     fetch::as_limit(node)
 }
 
