@@ -2,9 +2,12 @@
 //! `make_timestamptz(..., [timezone])`: a time from its fields, checked as
 //! PostgreSQL checks them (22008 for a field out of range, 22023 for an
 //! unknown zone). Without a zone, `make_timestamptz` reads the fields in
-//! the session's time zone.
+//! the session's time zone: [`spell_zone`] writes the session's `TimeZone`
+//! into the call, so that a view keeps the zone it was created in.
 
 use std::sync::Arc;
+
+use std::ops::ControlFlow;
 
 use chrono::{NaiveDate, NaiveDateTime, NaiveTime};
 use datafusion::arrow::array::{Array, ArrayRef, AsArray, TimestampMicrosecondArray};
@@ -13,6 +16,9 @@ use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
 use datafusion::logical_expr::{
     ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
     Volatility,
+};
+use sqlparser::ast::{
+    Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value, VisitMut, VisitorMut,
 };
 
 use crate::error::Error;
@@ -23,6 +29,33 @@ pub fn functions() -> Vec<ScalarUDF> {
         ScalarUDF::new_from_impl(MakeTimestamp::new(false)),
         ScalarUDF::new_from_impl(MakeTimestamp::new(true)),
     ]
+}
+
+/// Give every `make_timestamptz` without a zone the session's `zone`.
+pub fn spell_zone<V: VisitMut>(node: &mut V, zone: &str) {
+    let _ = node.visit(&mut SpellZone(zone));
+}
+
+struct SpellZone<'a>(&'a str);
+
+impl VisitorMut for SpellZone<'_> {
+    type Break = ();
+
+    fn post_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
+        if let Expr::Function(function) = expr
+            && function
+                .name
+                .to_string()
+                .eq_ignore_ascii_case("make_timestamptz")
+            && let FunctionArguments::List(list) = &mut function.args
+            && list.args.len() == 6
+        {
+            let zone = Expr::value(Value::SingleQuotedString(self.0.to_string()));
+            list.args
+                .push(FunctionArg::Unnamed(FunctionArgExpr::Expr(zone)));
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]

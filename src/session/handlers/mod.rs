@@ -122,7 +122,10 @@ pub async fn dispatch(
             subscribe::create_subscription(engine, session, name, from, retention, if_not_exists)
         }
         Statement::AdvanceClock(by) => query::advance_clock(engine, &by).await,
-        Statement::Query(ast) => {
+        Statement::Query(mut ast) => {
+            if let Some(zone) = session_zone(session) {
+                crate::sql::make_time::spell_zone(Arc::make_mut(&mut ast), &zone);
+            }
             privileges::check_statement(engine, &session.user, &ast)?;
             let producer = session.producer()?;
             let run = query::run(engine, &ast, params);
@@ -132,7 +135,10 @@ pub async fn dispatch(
             }
             Ok(output)
         }
-        Statement::CreateView(create) => {
+        Statement::CreateView(mut create) => {
+            if let Some(zone) = session_zone(session) {
+                crate::sql::make_time::spell_zone(&mut create.query, &zone);
+            }
             privileges::check_create(engine, &session.user)?;
             privileges::check_query(engine, &session.user, &create.query)?;
             let name = create.name.clone();
@@ -141,7 +147,10 @@ pub async fn dispatch(
             owned(engine, session, &name, created)?;
             Ok(output)
         }
-        Statement::CreateLogicalView(create) => {
+        Statement::CreateLogicalView(mut create) => {
+            if let Some(zone) = session_zone(session) {
+                crate::sql::make_time::spell_zone(&mut create.query, &zone);
+            }
             privileges::check_create(engine, &session.user)?;
             privileges::check_query(engine, &session.user, &create.query)?;
             let name = create.name.clone();
@@ -171,6 +180,11 @@ pub async fn dispatch(
         Statement::Backup(to) => vacuum::backup(engine, session, to).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
+}
+
+/// The session's `TimeZone`, when it set one.
+fn session_zone(session: &Session) -> Option<String> {
+    session.variables.get("timezone").cloned()
 }
 
 /// The creator owns what a CREATE made (not what IF NOT EXISTS found).
