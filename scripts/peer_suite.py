@@ -131,13 +131,13 @@ def make_record(words: list[str], block: list[str], where: str) -> Record | None
 
 def normal(line: str) -> str:
     """A row with its spacing folded, in PostgreSQL's text form: RisingWave
-    prints a timestamptz's zero offset as `+00:00`, PostgreSQL (and weir)
-    as `+00`; a decimal's scale (`6221.50`) follows the type it was
+    prints a timestamptz's whole-hour offset as `+00:00` or `-04:00`,
+    PostgreSQL (and weir) as `+00` or `-04`; a decimal's scale (`6221.50`) follows the type it was
     computed in, and RisingWave pads a time's fraction of a second to
     milliseconds (`00:00:20.210`) where PostgreSQL writes `00:00:20.21`, so
     trailing zeros of a fraction are dropped on both sides. Only the text
     changes, never the value."""
-    line = re.sub(r"(\d\d:\d\d:\d\d(?:\.\d+)?)\+00:00\b", r"\1+00", line)
+    line = re.sub(r"(\d\d:\d\d:\d\d(?:\.\d+)?)([+-]\d\d):00\b", r"\1\2", line)
     return " ".join(fraction(token) for token in line.split())
 
 
@@ -145,6 +145,9 @@ def fraction(token: str) -> str:
     if re.fullmatch(r"-?\d+(\.\d+)?e[-+]\d+", token):
         # PostgreSQL writes 9.99e-05 where RisingWave writes 0.0000999.
         token = format(decimal.Decimal(token), "f")
+    zoned = re.fullmatch(r"(\d\d:\d\d:\d\d\.\d+)([+-]\d\d(?::\d\d)*)", token)
+    if zoned:
+        return zoned.group(1).rstrip("0").rstrip(".") + zoned.group(2)
     if not re.fullmatch(r"-?\d+\.\d+|\d\d:\d\d:\d\d\.\d+", token):
         return token
     return token.rstrip("0").rstrip(".")
