@@ -118,15 +118,3 @@ pub struct Dataflow {
     pub nodes: Vec<Node>,
     pub sources: Vec<Source>,
 }
-
-impl Dataflow {
-    /// The graph as text, sink first, for EXPLAIN.
-    pub fn explain(&self) -> String {
-        crate::dataflow::profile::Profile::of(self).text(None)
-    }
-
-    /// The graph in Graphviz's DOT language.
-    pub fn explain_dot(&self) -> String {
-        crate::dataflow::profile::Profile::of(self).dot(None)
-    }
-}

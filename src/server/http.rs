@@ -172,15 +172,16 @@ where
 
 /// Operator state entries per view, counted by walking the state family.
 fn state_entries(engine: &Engine) -> String {
-    let mut out = String::from(
-        "# HELP weir_view_state_entries Operator state entries of a view (exact).\n# TYPE weir_view_state_entries gauge\n",
+    let mut out = Exposition::default();
+    let entries = engine.view_state_entries();
+    out.each(
+        "weir_view_state_entries",
+        "gauge",
+        "Operator state entries of a view (exact).",
+        "view",
+        entries.iter().map(|(name, n)| (name.as_str(), *n as f64)),
     );
-    for (name, entries) in engine.view_state_entries() {
-        out.push_str(&format!(
-            "weir_view_state_entries{{view=\"{name}\"}} {entries}\n"
-        ));
-    }
-    out
+    out.0
 }
 
 /// Prometheus' text exposition format, a metric family at a time.
@@ -211,6 +212,21 @@ impl Exposition {
                 .push_str(&format!("{name}{{{}}} {value}\n", labels.join(","))),
         }
         self
+    }
+
+    /// A family with one sample per object, labelled `label` with its name.
+    fn each<'a>(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        label: &str,
+        samples: impl IntoIterator<Item = (&'a str, f64)>,
+    ) {
+        self.family(name, kind, help);
+        for (object, value) in samples {
+            self.sample(name, &[(label, object)], value);
+        }
     }
 
     /// A family of one unlabelled sample.
@@ -361,10 +377,8 @@ fn views(out: &mut Exposition, engine: &Engine) {
         ),
     ];
     for (name, kind, help, value) in families {
-        out.family(name, kind, help);
-        for view in &views {
-            out.sample(name, &[("view", &view.name)], value(view));
-        }
+        let samples = views.iter().map(|v| (v.name.as_str(), value(v)));
+        out.each(name, kind, help, "view", samples);
     }
 }
 
@@ -372,26 +386,20 @@ fn connectors(out: &mut Exposition, engine: &Engine) {
     let all = engine.connector_statuses();
     let (sinks, sources): (Vec<_>, Vec<_>) = all.iter().partition(|c| c.sink);
     let running = |c: &crate::session::ConnectorStatus| u8::from(c.status == "running");
-    out.family(
+    out.each(
         "weir_source_messages_total",
         "counter",
         "Messages a source read since the node started.",
+        "source",
+        sources.iter().map(|c| (c.name.as_str(), c.messages as f64)),
     );
-    for c in &sources {
-        out.sample(
-            "weir_source_messages_total",
-            &[("source", &c.name)],
-            c.messages,
-        );
-    }
-    out.family(
+    out.each(
         "weir_source_errors_total",
         "counter",
         "Messages a source could not read (see source_errors).",
+        "source",
+        sources.iter().map(|c| (c.name.as_str(), c.errors as f64)),
     );
-    for c in &sources {
-        out.sample("weir_source_errors_total", &[("source", &c.name)], c.errors);
-    }
     out.family(
         "weir_source_lag_messages",
         "gauge",
@@ -407,14 +415,13 @@ fn connectors(out: &mut Exposition, engine: &Engine) {
             );
         }
     }
-    out.family(
+    out.each(
         "weir_sink_messages_total",
         "counter",
         "Messages a sink wrote since the node started.",
+        "sink",
+        sinks.iter().map(|c| (c.name.as_str(), c.messages as f64)),
     );
-    for c in &sinks {
-        out.sample("weir_sink_messages_total", &[("sink", &c.name)], c.messages);
-    }
     out.family(
         "weir_connector_running",
         "gauge",

@@ -132,8 +132,16 @@ impl Engine {
     pub fn records_in(&self, table: &str) -> u64 {
         self.catalog
             .table(table)
-            .and_then(|t| crate::log::writer::log_end(self.store.db(), t.def.topic(), 0).ok())
-            .unwrap_or(0)
+            .map_or(0, |t| self.log_records(&t))
+    }
+
+    /// The records a table's log holds, over all its partitions.
+    pub(super) fn log_records(&self, table: &crate::catalog::Table) -> u64 {
+        (0..table.def.partitions.max(1))
+            .map(|p| {
+                crate::log::writer::log_end(self.store.db(), table.def.topic(), p).unwrap_or(0)
+            })
+            .sum()
     }
 
     /// Opens the node's state; call it on the runtime that is to run

@@ -202,10 +202,7 @@ impl Engine {
                 _ => None,
             })
             .map(|table| {
-                let db = self.store.db();
-                let records: u64 = (0..table.def.partitions.max(1))
-                    .map(|p| crate::log::writer::log_end(db, table.def.topic(), p).unwrap_or(0))
-                    .sum();
+                let records = self.log_records(&table);
                 let kind = if table.def.is_source() {
                     "source"
                 } else {

@@ -9,11 +9,11 @@ mod csv;
 pub mod ddl;
 mod grant;
 pub mod insert;
+mod maintenance;
 pub mod query;
 pub mod role;
 pub mod show;
 pub mod subscribe;
-mod vacuum;
 
 use std::sync::Arc;
 
@@ -176,8 +176,8 @@ pub async fn dispatch(
         Statement::CreateRole(options) => role::create(engine, session, options),
         Statement::AlterRole(options) => role::alter(engine, session, options),
         Statement::DropRole { names, if_exists } => role::drop(engine, session, names, if_exists),
-        Statement::Vacuum(names) => vacuum::vacuum(engine, session, names).await,
-        Statement::Backup(to) => vacuum::backup(engine, session, to).await,
+        Statement::Vacuum(names) => maintenance::vacuum(engine, session, names).await,
+        Statement::Backup(to) => maintenance::backup(engine, session, to).await,
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
 }

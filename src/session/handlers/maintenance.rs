@@ -1,5 +1,6 @@
-//! `VACUUM`: compacts the store, so that what deletes, updates and dropped
-//! objects left behind is gone from disk. `BACKUP TO`: copies it.
+//! Maintenance of the store. `VACUUM` compacts it, so that what deletes,
+//! updates and dropped objects left behind is gone from disk; `BACKUP TO`
+//! copies it.
 //!
 //! A superuser's `VACUUM` compacts everything, any other role's the
 //! relations it owns; `VACUUM name` compacts that relation's rows, state
