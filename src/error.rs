@@ -98,6 +98,9 @@ pub enum Error {
     /// `max_stack_depth`).
     #[error("{0}")]
     TooComplex(String),
+    /// More than weir makes in one go (PostgreSQL's program_limit_exceeded).
+    #[error("{0}")]
+    ProgramLimitExceeded(String),
     /// A materialized view stopped on an error (`on_error = 'fail'`); its
     /// readers get the error's own SQLSTATE.
     #[error("{message}")]
@@ -225,6 +228,7 @@ impl Error {
             Error::SerializationFailure => "40001",
             Error::Canceled | Error::StatementTimeout => "57014",
             Error::TooComplex(_) => "54001",
+            Error::ProgramLimitExceeded(_) => "54000",
             Error::ViewFailed { sqlstate, .. } => sqlstate,
             Error::ShuttingDown => "57P01",
             Error::Config(_) => "F0000",

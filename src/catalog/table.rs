@@ -61,6 +61,11 @@ pub enum Storage {
     Rows,
     /// Rows can only be inserted (a stream), and the log topic holds them.
     AppendOnly,
+    /// Rows can only be inserted, each under a primary key no other row
+    /// has (`CREATE TABLE t (k int PRIMARY KEY, ...) APPEND ONLY`): kept by
+    /// key as a table's rows are, so a repeated key is refused as a
+    /// table refuses it, and views read it as a stream.
+    KeyedAppendOnly,
     /// A materialized view's rows, one per value of its unique key; its
     /// topic is the view's changelog.
     KeyedView,
@@ -100,12 +105,13 @@ struct Stored {
 }
 
 impl Storage {
-    fn from_flags(append_only: bool, is_view: bool, multiset: bool, log_only: bool) -> Storage {
-        match (is_view, log_only, multiset) {
+    fn from_flags(s: &Stored) -> Storage {
+        match (s.is_view, s.log_only, s.multiset) {
             (true, true, _) => Storage::LogView,
             (true, false, true) => Storage::MultisetView,
             (true, false, false) => Storage::KeyedView,
-            (false, _, _) if append_only => Storage::AppendOnly,
+            (false, _, _) if s.append_only && !s.primary_key.is_empty() => Storage::KeyedAppendOnly,
+            (false, _, _) if s.append_only => Storage::AppendOnly,
             (false, _, _) => Storage::Rows,
         }
     }
@@ -114,7 +120,7 @@ impl Storage {
 impl From<Stored> for TableDef {
     fn from(s: Stored) -> TableDef {
         TableDef {
-            storage: Storage::from_flags(s.append_only, s.is_view, s.multiset, s.log_only),
+            storage: Storage::from_flags(&s),
             id: s.id,
             name: s.name,
             columns: s.columns,
@@ -132,7 +138,7 @@ impl From<Stored> for TableDef {
 impl From<TableDef> for Stored {
     fn from(def: TableDef) -> Stored {
         Stored {
-            append_only: def.storage == Storage::AppendOnly,
+            append_only: def.is_append_only(),
             is_view: def.is_view(),
             // A view that keeps no rows was written as a multiset when it had no key.
             multiset: def.storage == Storage::MultisetView
@@ -267,7 +273,7 @@ impl TableDef {
 
     /// Rows can only be inserted: an append-only table or source.
     pub fn is_append_only(&self) -> bool {
-        self.storage == Storage::AppendOnly
+        matches!(self.storage, Storage::AppendOnly | Storage::KeyedAppendOnly)
     }
 
     /// The contents of a materialized view; its topic is the view's changelog.
@@ -535,6 +541,10 @@ mod tests {
         for (stored, storage) in [
             (flags(false, false, false, false, "0"), Storage::Rows),
             (flags(true, false, false, false, ""), Storage::AppendOnly),
+            (
+                flags(true, false, false, false, "0"),
+                Storage::KeyedAppendOnly,
+            ),
             (flags(false, true, false, false, "0"), Storage::KeyedView),
             (flags(false, true, true, false, ""), Storage::MultisetView),
             (flags(false, true, false, true, "0"), Storage::LogView),

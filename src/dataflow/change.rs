@@ -73,18 +73,31 @@ impl ChangeBatch {
         predicate: &Arc<dyn PhysicalExpr>,
         errors: &mut RowErrors,
     ) -> Result<ChangeBatch> {
+        self.filter_by(&self.mask(predicate, errors)?)
+    }
+
+    /// Which rows `predicate` keeps: true where it is true, false where it
+    /// is false or NULL.
+    pub fn mask(
+        &self,
+        predicate: &Arc<dyn PhysicalExpr>,
+        errors: &mut RowErrors,
+    ) -> Result<BooleanArray> {
         let mask = errors.evaluate(predicate, &self.rows)?;
         let mask = mask
             .as_any()
             .downcast_ref::<BooleanArray>()
             .ok_or_else(|| Error::Internal("a filter predicate is not boolean".into()))?;
-        let mask = if mask.null_count() > 0 {
-            prep_null_mask_filter(mask)
-        } else {
-            mask.clone()
-        };
-        let rows = filter_record_batch(&self.rows, &mask)?;
-        let diffs = filter(&self.diffs, &mask)?
+        Ok(match mask.null_count() > 0 {
+            true => prep_null_mask_filter(mask),
+            false => mask.clone(),
+        })
+    }
+
+    /// The rows `mask` keeps, with their weights.
+    pub fn filter_by(&self, mask: &BooleanArray) -> Result<ChangeBatch> {
+        let rows = filter_record_batch(&self.rows, mask)?;
+        let diffs = filter(&self.diffs, mask)?
             .as_primitive::<Int64Type>()
             .clone();
         ChangeBatch::new(rows, diffs)

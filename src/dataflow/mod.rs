@@ -4,6 +4,7 @@ pub mod asof;
 pub mod change;
 pub mod clock;
 pub mod errors;
+pub mod gap_fill;
 pub mod graph;
 pub mod late;
 pub mod node;

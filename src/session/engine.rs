@@ -320,6 +320,12 @@ fn session_context(
     let lookup =
         crate::sql::lookup::LookupFunction::new(catalog.clone(), store.clone(), writer.clone());
     ctx.register_udtf(crate::sql::lookup::FUNCTION, Arc::new(lookup));
+    let gap_fill =
+        crate::sql::gap_fill::GapFillFunction::new(catalog.clone(), store.clone(), writer.clone());
+    ctx.register_udtf(crate::sql::gap_fill::FUNCTION, Arc::new(gap_fill));
+    for function in crate::sql::gap_fill::argument_functions() {
+        ctx.register_udf(function);
+    }
     crate::sql::pg_catalog::setup(&ctx, DATABASE, catalog)?;
     ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
     for function in crate::sql::make_time::functions() {

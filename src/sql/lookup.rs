@@ -51,7 +51,7 @@ impl LookupFunction {
             .catalog
             .relation(&name)
             .ok_or_else(|| Error::UndefinedTable(name.clone()))?;
-        if table.def.is_append_only() {
+        if table.def.contents_in_log() {
             return Err(Error::NotSupported(format!(
                 "FOR SYSTEM_TIME AS OF PROCTIME() looks rows up in a table with a primary key or a materialized view; \"{name}\" is append-only"
             )));

@@ -6,6 +6,7 @@ pub mod colnames;
 pub mod constants;
 pub mod datetime;
 pub mod functions;
+pub mod gap_fill;
 pub mod grouping_sets;
 pub mod interval_arith;
 pub mod keyaccess;

@@ -640,6 +640,7 @@ fn emit_clause(tokens: &[TokenWithSpan]) -> Result<EmitClause> {
 /// `TUMBLE('bids', 'date_time', ...)`, names passed as strings.
 pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let tokens = unwrap_flink_windows(rewrite_lookups(asof::rewrite(tokens)));
+    let tokens = quote_gap_fill_columns(tokens);
     let solid: Vec<usize> = (0..tokens.len())
         .filter(|i| !is_space(&tokens[*i].token))
         .collect();
@@ -694,6 +695,35 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         out.splice(at..at, alias.map(|t| TokenWithSpan::new(t, span)));
     }
     out
+}
+
+/// The columns named in GAP_FILL's `LOCF(c)`, `INTERPOLATE(c)`,
+/// `KEEPNULL(c)` and `PARTITION_BY(c, ...)` become strings, as its table
+/// and time column do: DataFusion plans a table function's arguments
+/// against no columns at all.
+fn quote_gap_fill_columns(mut tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    const ARGUMENTS: [&str; 4] = ["LOCF", "INTERPOLATE", "KEEPNULL", "PARTITION_BY"];
+    let mut at = 0;
+    while at < tokens.len() {
+        let named = ARGUMENTS.iter().any(|a| is_word(&tokens[at].token, a));
+        let open = (at + 1..tokens.len()).find(|i| !is_space(&tokens[*i].token));
+        let Some(open) = open.filter(|i| named && tokens[*i].token == Token::LParen) else {
+            at += 1;
+            continue;
+        };
+        let close = cursor::matching_paren(&tokens, open).unwrap_or(tokens.len());
+        for token in &mut tokens[open..close] {
+            if let Token::Word(w) = &token.token {
+                let name = match w.quote_style {
+                    Some(_) => w.value.clone(),
+                    None => w.value.to_lowercase(),
+                };
+                token.token = Token::SingleQuotedString(name);
+            }
+        }
+        at = close;
+    }
+    tokens
 }
 
 /// Whether a relation ending before `from` is followed by an alias
@@ -755,7 +785,7 @@ fn rewrite_lookups(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
 }
 
 fn is_window_function(token: &Token) -> bool {
-    ["TUMBLE", "HOP", "SESSION", "CUMULATE"]
+    ["TUMBLE", "HOP", "SESSION", "CUMULATE", "GAP_FILL"]
         .iter()
         .any(|f| is_word(token, f))
 }

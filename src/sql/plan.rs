@@ -20,6 +20,7 @@ use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext
 use datafusion::logical_expr::{Distinct, Expr, ExprSchemable, LogicalPlan};
 use datafusion::physical_expr::aggregate::AggregateExprBuilder;
 use datafusion::physical_expr::{PhysicalExpr, PhysicalSortExpr, create_physical_expr};
+use datafusion::physical_plan::WindowExpr;
 use datafusion::physical_planner::create_window_expr;
 
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
@@ -37,9 +38,12 @@ use crate::dataflow::operators::{
 };
 use crate::dataflow::window::{WINDOW_END, WindowKind};
 use crate::error::{Error, Result};
+use crate::sql::gap_fill::gap_fill_of;
 use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
 use crate::state::rows::projected::Projection;
 
+mod closed_over;
+mod gap_filled;
 mod join_bounds;
 mod sliced;
 
@@ -592,19 +596,15 @@ impl<'a> Planner<'a> {
     /// Window functions: each partition's rows kept, its answer recomputed
     /// when it changes.
     fn over(&mut self, w: &datafusion::logical_expr::Window, plan: &LogicalPlan) -> Result<usize> {
+        if let Some(node) = self.closed_over(w, plan)? {
+            return Ok(node);
+        }
         let input = self.node(&w.input)?;
         let schema = w.input.schema();
         let exprs = w
             .window_expr
             .iter()
-            .map(|e| {
-                Ok(create_window_expr(
-                    e,
-                    schema,
-                    self.props,
-                    &PhysicalPlanningContext::default(),
-                )?)
-            })
+            .map(|e| self.window_expr(e, schema))
             .collect::<Result<Vec<_>>>()?;
         let partition = shared_partition(&w.window_expr)
             .iter()
@@ -617,6 +617,15 @@ impl<'a> Planner<'a> {
             Evaluate::Window(exprs),
         )?;
         Ok(self.push(Box::new(op), vec![input]))
+    }
+
+    fn window_expr(&self, expr: &Expr, schema: &DFSchema) -> Result<Arc<dyn WindowExpr>> {
+        Ok(create_window_expr(
+            expr,
+            schema,
+            self.props,
+            &PhysicalPlanningContext::default(),
+        )?)
     }
 
     /// `LIMIT n [OFFSET m]`, ordered by the `ORDER BY` beneath it if any.
@@ -704,11 +713,6 @@ impl<'a> Planner<'a> {
             }
             return self.asof_join(j, condition, plan);
         }
-        if j.on.is_empty() && self.lookup(&j.right)?.is_some() {
-            return Err(Error::NotSupported(
-                "a lookup join in a materialized view needs an equality between the two sides, like ON a.k = b.k".into(),
-            ));
-        }
         if nulls_equal && self.lookup(&j.right)?.is_some() {
             return Err(Error::NotSupported(
                 "a lookup join (FOR SYSTEM_TIME AS OF PROCTIME()) on IS NOT DISTINCT FROM is not supported; join on =".into(),
@@ -739,11 +743,6 @@ impl<'a> Planner<'a> {
                 return Err(Error::NotSupported(
                     "a lookup join (FOR SYSTEM_TIME AS OF PROCTIME()) is an inner or a left join"
                         .into(),
-                ));
-            }
-            if left_outer && residual.is_some() {
-                return Err(Error::NotSupported(
-                    "a LEFT lookup join (FOR SYSTEM_TIME AS OF PROCTIME()) takes only equalities in its ON".into(),
                 ));
             }
             let stream = self.node(&j.left)?;
@@ -1032,6 +1031,9 @@ impl<'a> Planner<'a> {
         if let Some(window) = window_of(scan) {
             return self.window_scan(scan, window);
         }
+        if let Some(filled) = gap_fill_of(scan) {
+            return self.gap_fill_scan(scan, filled);
+        }
         let name = scan.table_name.table();
         let table = self.catalog.relation(name).ok_or_else(|| {
             Error::NotSupported(format!("a materialized view cannot read \"{name}\""))
@@ -1080,6 +1082,8 @@ impl<'a> Planner<'a> {
     /// through filters, projections and unions.
     fn is_append_only(&self, plan: &LogicalPlan) -> bool {
         match plan {
+            // Made-up rows go when a row lands in their gap.
+            LogicalPlan::TableScan(scan) if gap_fill_of(scan).is_some() => false,
             LogicalPlan::TableScan(scan) => match window_of(scan) {
                 // Sessions retract rows when they merge.
                 Some(w) => {

@@ -61,7 +61,7 @@ impl NewRows {
             check_not_null(table, batch)?;
         }
         let watermark = table.watermark_of(batches)?;
-        let op = if table.def.is_append_only() {
+        let op = if table.def.contents_in_log() {
             WriteOp::Append {
                 rows: encode_rows(table, batches)?,
             }

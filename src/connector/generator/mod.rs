@@ -116,7 +116,7 @@ pub async fn source(
             return end_event_time(node, table).await;
         }
         pace.wait(rounds.reached()).await;
-        let op = match table.def.is_append_only() {
+        let op = match table.def.contents_in_log() {
             true => WriteOp::Append { rows: round.rows },
             false => WriteOp::InsertUnkeyed { rows: round.rows },
         };

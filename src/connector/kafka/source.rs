@@ -637,7 +637,7 @@ impl Reader {
             return WriteOp::Upsert { rows };
         }
         let rows = rows.into_iter().filter_map(|r| r.row).collect();
-        match def.is_append_only() {
+        match def.contents_in_log() {
             true => WriteOp::Append { rows },
             false => WriteOp::InsertUnkeyed { rows },
         }

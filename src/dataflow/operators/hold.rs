@@ -15,6 +15,7 @@ use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
 use crate::error::Result;
 use crate::state::keys::{ordered, prefix_end};
@@ -25,6 +26,9 @@ pub struct Hold {
     schema: SchemaRef,
     rows: RowConverter,
     watermark: Option<i64>,
+    /// The view whose late rows are dropped and recorded, when a row
+    /// already behind the watermark must not reach what is downstream.
+    drops_late: Option<String>,
 }
 
 impl Hold {
@@ -39,7 +43,16 @@ impl Hold {
             rows: RowConverter::new(fields)?,
             schema,
             watermark: None,
+            drops_late: None,
         })
+    }
+
+    /// Rows that come after the watermark passed their time are recorded
+    /// in `late_events` for `view` and dropped: window functions over
+    /// final rows would otherwise change answers already given.
+    pub fn dropping_late(mut self, view: &str) -> Hold {
+        self.drops_late = Some(view.to_string());
+        self
     }
 
     fn send(&self, rows: Vec<(Vec<u8>, i64)>, cx: &mut Context<'_>) -> Result<()> {
@@ -84,10 +97,15 @@ impl Operator for Hold {
         let times = crate::catalog::micros(rows.column(self.column))?;
         let encoded = self.rows.convert_columns(rows.columns())?;
         let mut now: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+        let mut late = Vec::new();
         for (i, diff) in batch.diffs().values().iter().enumerate() {
             let row = encoded.row(i).as_ref().to_vec();
             // A row without a time, or one already closed, goes at once.
             let closed = !times.is_valid(i) || self.watermark.is_some_and(|w| times.value(i) < w);
+            if closed && self.drops_late.is_some() {
+                late.push(i as u32);
+                continue;
+            }
             if closed {
                 *now.entry(row).or_default() += diff;
                 continue;
@@ -95,6 +113,11 @@ impl Operator for Hold {
             // Counted without reading: the scan at the watermark sums.
             let key = cx.key(&[ordered(times.value(i)).as_slice(), &row].concat());
             cx.state.add_count(key, *diff)?;
+        }
+        if let (Some(view), Some(watermark)) = (&self.drops_late, self.watermark)
+            && !late.is_empty()
+        {
+            record_late(view, rows, &times, &late, watermark, cx)?;
         }
         self.send(now.into_iter().filter(|(_, c)| *c != 0).collect(), cx)
     }

@@ -226,54 +226,76 @@ impl Operator for LookupJoin {
         }
         let rows = batch.rows();
         let stream_rows = self.key_rows.convert_columns(&stream_keys)?;
-        let (mut mine, mut theirs, mut weights) = (Vec::new(), Vec::new(), Vec::new());
-        let mut unmatched = Vec::new();
+        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
         for i in 0..rows.num_rows() {
             let valid = stream_keys.iter().all(|c| c.is_valid(i));
             let found = valid
                 .then(|| index.get(stream_rows.row(i).data()))
                 .flatten();
-            match found {
-                Some(matches) => {
-                    for j in matches {
-                        mine.push(i as u32);
-                        theirs.push(*j);
-                        weights.push(batch.diffs().value(i));
-                    }
-                }
-                None if self.pad => unmatched.push(i as u32),
-                None => {}
+            for j in found.into_iter().flatten() {
+                mine.push(i as u32);
+                theirs.push(*j);
             }
         }
-        let mut columns = take_arrays(rows.columns(), &UInt32Array::from(mine), None)?;
+        let mut columns = take_arrays(rows.columns(), &UInt32Array::from(mine.clone()), None)?;
         columns.extend(take_arrays(
             table.columns(),
             &UInt32Array::from(theirs),
             None,
         )?);
-        let mut batches = vec![RecordBatch::try_new(self.schema.clone(), columns)?];
-        if !unmatched.is_empty() {
-            weights.extend(unmatched.iter().map(|i| batch.diffs().value(*i as usize)));
-            let mut columns = take_arrays(rows.columns(), &UInt32Array::from(unmatched), None)?;
-            let n = columns.first().map_or(0, |c| c.len());
-            columns.extend(
-                table
-                    .schema()
-                    .fields()
-                    .iter()
-                    .map(|f| new_null_array(f.data_type(), n)),
-            );
-            batches.push(RecordBatch::try_new(self.schema.clone(), columns)?);
+        let weights = mine.iter().map(|i| batch.diffs().value(*i as usize));
+        let mut pairs = ChangeBatch::new(
+            RecordBatch::try_new(self.schema.clone(), columns)?,
+            Int64Array::from_iter_values(weights),
+        )?;
+        // The ON clause's other conditions pick among the key's matches, so
+        // that a LEFT join pads the stream rows none of them kept.
+        if let Some(predicate) = &self.residual {
+            let kept = pairs.mask(predicate, &mut cx.state.errors)?;
+            pairs = pairs.filter_by(&kept)?;
+            mine = mine
+                .into_iter()
+                .zip(kept.values().iter())
+                .filter_map(|(i, keep)| keep.then_some(i))
+                .collect();
         }
-        let joined = datafusion::arrow::compute::concat_batches(&self.schema, &batches)?;
-        let changes = ChangeBatch::new(joined, Int64Array::from(weights))?;
-        match &self.residual {
-            Some(predicate) => {
-                let kept = changes.filter(predicate, &mut cx.state.errors)?;
-                cx.emit(kept);
-            }
-            None => cx.emit(changes),
+        cx.emit(pairs);
+        if self.pad {
+            self.pad_unmatched(&batch, &table, &mine, cx)?;
         }
+        Ok(())
+    }
+}
+
+impl LookupJoin {
+    /// The stream rows of `batch` not among `matched`, with NULLs for the table's columns.
+    fn pad_unmatched(
+        &self,
+        batch: &ChangeBatch,
+        table: &RecordBatch,
+        matched: &[u32],
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let matched: std::collections::HashSet<u32> = matched.iter().copied().collect();
+        let unmatched: Vec<u32> = (0..batch.rows().num_rows() as u32)
+            .filter(|i| !matched.contains(i))
+            .collect();
+        if unmatched.is_empty() {
+            return Ok(());
+        }
+        let weights = unmatched.iter().map(|i| batch.diffs().value(*i as usize));
+        let weights = Int64Array::from_iter_values(weights);
+        let mut columns = take_arrays(batch.rows().columns(), &UInt32Array::from(unmatched), None)?;
+        let n = weights.len();
+        columns.extend(
+            table
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| new_null_array(f.data_type(), n)),
+        );
+        let padded = RecordBatch::try_new(self.schema.clone(), columns)?;
+        cx.emit(ChangeBatch::new(padded, weights)?);
         Ok(())
     }
 }

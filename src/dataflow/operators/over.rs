@@ -46,6 +46,8 @@ pub enum Evaluate {
     },
     /// One row per partition (a group): its aggregates, computed again.
     Aggregate(Recompute),
+    /// The partition's rows and those that fill the gaps between them.
+    GapFill(crate::dataflow::gap_fill::GapFill),
 }
 
 /// Marks, in state, that a global aggregate has emitted its row: no
@@ -194,6 +196,7 @@ impl Over {
             Evaluate::Window(exprs) => self.windows(exprs, batch),
             Evaluate::TopN { order, skip, fetch } => top_n(order, *skip, *fetch, batch),
             Evaluate::Aggregate(recompute) => recompute.evaluate(&batch, &self.output),
+            Evaluate::GapFill(spec) => spec.fill(&batch),
         }
     }
 
@@ -304,6 +307,7 @@ impl Operator for Over {
             Evaluate::Window(_) => "Over",
             Evaluate::TopN { .. } => "TopN",
             Evaluate::Aggregate(_) => "RecomputedAggregate",
+            Evaluate::GapFill(_) => "GapFill",
         }
     }
 
@@ -325,6 +329,11 @@ impl Operator for Over {
                 .map(|a| a.function.name().to_string())
                 .collect::<Vec<_>>()
                 .join(", "),
+            Evaluate::GapFill(spec) => format!(
+                "by {}, every {} us",
+                self.input.field(spec.time_column).name(),
+                spec.step
+            ),
         }
     }
 
