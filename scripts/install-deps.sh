@@ -4,6 +4,9 @@ set -euo pipefail
 
 missing=()
 dpkg -s libclang-dev >/dev/null 2>&1 || missing+=(libclang-dev)
+# clang compiles RocksDB's C++ in three quarters of gcc's time
+# (scripts/toolchain/, docs/operations.md).
+command -v clang++ >/dev/null 2>&1 || missing+=(clang)
 # OpenSSL for librdkafka: Kafka connections over TLS and SASL/SCRAM logins.
 dpkg -s libssl-dev >/dev/null 2>&1 || missing+=(libssl-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

@@ -43,7 +43,9 @@ struct Made {
     before: u32,
     after: u32,
     time: i64,
-    fraction: f64,
+    /// Steps from the row before, and steps between the rows around it.
+    steps: f64,
+    span: f64,
 }
 
 impl GapFill {
@@ -82,12 +84,12 @@ impl GapFill {
                         "GAP_FILL would make more than {MOST_FILLED} rows; use a longer step"
                     )));
                 }
-                let fraction = (time - from) as f64 / (to - from) as f64;
                 made.push(Made {
                     before,
                     after,
                     time,
-                    fraction,
+                    steps: ((time - from) / self.step) as f64,
+                    span: (to - from) as f64 / self.step as f64,
                 });
                 time = time.saturating_add(self.step);
             }
@@ -161,8 +163,10 @@ fn interpolate(values: &ArrayRef, made: &[Made]) -> Result<ArrayRef> {
         .map(|m| {
             let (a, b) = (m.before as usize, m.after as usize);
             (floats.is_valid(a) && floats.is_valid(b)).then(|| {
+                // Step by step, as RisingWave computes it, so that the
+                // values agree to the last digit.
                 let (from, to) = (floats.value(a), floats.value(b));
-                from + (to - from) * m.fraction
+                from + (to - from) / m.span * m.steps
             })
         })
         .collect();

@@ -323,6 +323,8 @@ fn session_context(
     let gap_fill =
         crate::sql::gap_fill::GapFillFunction::new(catalog.clone(), store.clone(), writer.clone());
     ctx.register_udtf(crate::sql::gap_fill::FUNCTION, Arc::new(gap_fill));
+    let changelog = crate::sql::changelog::ChangelogFunction::new(catalog.clone());
+    ctx.register_udtf(crate::sql::changelog::FUNCTION, Arc::new(changelog));
     for function in crate::sql::gap_fill::argument_functions() {
         ctx.register_udf(function);
     }

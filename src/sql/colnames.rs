@@ -9,11 +9,14 @@
 //! then carries the names PostgreSQL would give in their place. Subqueries
 //! are left alone: their names are what outer queries refer to.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
-use sqlparser::ast::{self, Expr, Ident, SelectItem, SetExpr, Statement};
+use sqlparser::ast::{
+    self, Expr, Ident, Query, SelectItem, SetExpr, Statement, TableFactor, VisitMut, VisitorMut,
+};
 
 const ALIAS: &str = "__weir_column_";
 
@@ -73,6 +76,62 @@ pub fn rewrite(statement: &mut Statement) -> Names {
         }
     }
     names
+}
+
+/// Name the unnamed expressions of derived tables and CTEs as PostgreSQL
+/// does, which is how outer queries refer to them:
+/// `SELECT count FROM (SELECT count(*) FROM t) AS s`. DataFusion would name
+/// that column `count(*)`. Expressions without a name of their own
+/// (`?column?`), and names the select list repeats, are left as they are.
+pub fn name_derived_columns(statement: &mut Statement) {
+    struct Naming;
+    impl VisitorMut for Naming {
+        type Break = ();
+
+        fn pre_visit_table_factor(&mut self, factor: &mut TableFactor) -> ControlFlow<()> {
+            if let TableFactor::Derived { subquery, .. } = factor {
+                name_outputs(subquery);
+            }
+            ControlFlow::Continue(())
+        }
+
+        fn pre_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
+            if let Some(with) = query.with.as_mut() {
+                for cte in with.cte_tables.iter_mut() {
+                    name_outputs(&mut cte.query);
+                }
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Naming);
+}
+
+fn name_outputs(query: &mut Query) {
+    let SetExpr::Select(select) = query.body.as_mut() else {
+        return;
+    };
+    let mut uses: HashMap<String, usize> = HashMap::new();
+    for item in &select.projection {
+        let name = match item {
+            SelectItem::UnnamedExpr(expr) => figure(expr).0,
+            SelectItem::ExprWithAlias { alias, .. } => folded(alias),
+            _ => continue,
+        };
+        *uses.entry(name).or_default() += 1;
+    }
+    for item in select.projection.iter_mut() {
+        let SelectItem::UnnamedExpr(expr) = item else {
+            continue;
+        };
+        if matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
+            continue;
+        }
+        let (name, strength) = figure(expr);
+        if strength > 0 && uses.get(&name) == Some(&1) {
+            *item = aliased(expr.clone(), &name);
+        }
+    }
 }
 
 /// Alias a select list's unnamed expressions and repeated names; the names
@@ -247,6 +306,22 @@ mod tests {
             assert!(renamed_to.is_empty(), "{sql}");
             assert_eq!(rewritten, sql);
         }
+    }
+
+    #[test]
+    fn derived_tables_and_ctes_name_their_expressions_as_postgres_does() {
+        let dialect = sqlparser::dialect::PostgreSqlDialect {};
+        let sql = "WITH c AS (SELECT max(v), k FROM t GROUP BY k) \
+                   SELECT count FROM (SELECT count(*), 1, sum(v), sum(w) FROM t) AS s, c";
+        let mut statement = sqlparser::parser::Parser::parse_sql(&dialect, sql)
+            .expect("parses")
+            .remove(0);
+        name_derived_columns(&mut statement);
+        assert_eq!(
+            statement.to_string(),
+            "WITH c AS (SELECT max(v) AS max, k FROM t GROUP BY k) \
+             SELECT count FROM (SELECT count(*) AS count, 1, sum(v), sum(w) FROM t) AS s, c"
+        );
     }
 
     #[test]

@@ -51,7 +51,9 @@ impl LookupFunction {
             .catalog
             .relation(&name)
             .ok_or_else(|| Error::UndefinedTable(name.clone()))?;
-        if table.def.contents_in_log() {
+        // A keyed append-only table keeps its rows, as do views; a plain
+        // append-only table has only its log.
+        if table.def.storage == crate::catalog::Storage::AppendOnly {
             return Err(Error::NotSupported(format!(
                 "FOR SYSTEM_TIME AS OF PROCTIME() looks rows up in a table with a primary key or a materialized view; \"{name}\" is append-only"
             )));

@@ -2,6 +2,7 @@
 
 pub mod approx_percentile;
 pub mod asof;
+pub mod changelog;
 pub mod colnames;
 pub mod constants;
 pub mod datetime;

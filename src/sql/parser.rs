@@ -640,7 +640,7 @@ fn emit_clause(tokens: &[TokenWithSpan]) -> Result<EmitClause> {
 /// `TUMBLE('bids', 'date_time', ...)`, names passed as strings.
 pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let tokens = unwrap_flink_windows(rewrite_lookups(asof::rewrite(tokens)));
-    let tokens = quote_gap_fill_columns(tokens);
+    let tokens = quote_gap_fill_columns(changelog_ctes(tokens));
     let solid: Vec<usize> = (0..tokens.len())
         .filter(|i| !is_space(&tokens[*i].token))
         .collect();
@@ -694,6 +694,58 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         ];
         out.splice(at..at, alias.map(|t| TokenWithSpan::new(t, span)));
     }
+    out
+}
+
+/// `c AS changelog FROM t` in WITH (RisingWave's) becomes
+/// `c AS (SELECT * FROM changelog_of('t'))`: `t`'s changes as rows.
+fn changelog_ctes(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !is_space(&tokens[*i].token))
+        .collect();
+    let token = |n: usize| solid.get(n).map(|i| &tokens[*i].token);
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut copied = 0;
+    for n in 1..solid.len() {
+        let clause = token(n - 1).is_some_and(|t| is_word(t, "AS"))
+            && token(n).is_some_and(|t| is_word(t, "CHANGELOG"))
+            && token(n + 1).is_some_and(|t| is_word(t, "FROM"));
+        if !clause || solid[n] < copied {
+            continue;
+        }
+        // The relation: a name, maybe qualified; its last part names it.
+        let mut last = n + 2;
+        while token(last + 1) == Some(&Token::Period) && token(last + 2).is_some() {
+            last += 2;
+        }
+        let Some(Token::Word(name)) = token(last) else {
+            continue;
+        };
+        let name = match name.quote_style {
+            Some(_) => name.value.clone(),
+            None => name.value.to_lowercase(),
+        };
+        let span = tokens[solid[n]].span;
+        out.extend_from_slice(&tokens[copied..solid[n]]);
+        let space = || Token::Whitespace(sqlparser::tokenizer::Whitespace::Space);
+        let replacement = [
+            Token::LParen,
+            Token::make_keyword("SELECT"),
+            space(),
+            Token::Mul,
+            space(),
+            Token::make_keyword("FROM"),
+            space(),
+            Token::make_word(crate::sql::changelog::FUNCTION, None),
+            Token::LParen,
+            Token::SingleQuotedString(name),
+            Token::RParen,
+            Token::RParen,
+        ];
+        out.extend(replacement.map(|t| TokenWithSpan::new(t, span)));
+        copied = solid[last] + 1;
+    }
+    out.extend_from_slice(&tokens[copied..]);
     out
 }
 

@@ -38,12 +38,13 @@ use crate::dataflow::operators::{
 };
 use crate::dataflow::window::{WINDOW_END, WindowKind};
 use crate::error::{Error, Result};
+use crate::sql::changelog::changelog_of;
 use crate::sql::gap_fill::gap_fill_of;
 use crate::sql::window::{WindowTable, bound_of, trace_column, window_of};
 use crate::state::rows::projected::Projection;
 
 mod closed_over;
-mod gap_filled;
+mod derived_scans;
 mod join_bounds;
 mod sliced;
 
@@ -1034,6 +1035,9 @@ impl<'a> Planner<'a> {
         if let Some(filled) = gap_fill_of(scan) {
             return self.gap_fill_scan(scan, filled);
         }
+        if let Some(changes) = changelog_of(scan) {
+            return self.changelog_scan(scan, changes);
+        }
         let name = scan.table_name.table();
         let table = self.catalog.relation(name).ok_or_else(|| {
             Error::NotSupported(format!("a materialized view cannot read \"{name}\""))
@@ -1084,6 +1088,7 @@ impl<'a> Planner<'a> {
         match plan {
             // Made-up rows go when a row lands in their gap.
             LogicalPlan::TableScan(scan) if gap_fill_of(scan).is_some() => false,
+            LogicalPlan::TableScan(scan) if changelog_of(scan).is_some() => true,
             LogicalPlan::TableScan(scan) => match window_of(scan) {
                 // Sessions retract rows when they merge.
                 Some(w) => {

@@ -1,6 +1,7 @@
 //! One file per operator.
 
 pub mod aggregate;
+pub mod changelog;
 pub mod filter;
 pub mod hold;
 pub mod join;

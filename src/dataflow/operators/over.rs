@@ -260,10 +260,17 @@ fn sort_indices(order: &[PhysicalSortExpr], batch: &RecordBatch) -> Result<Optio
     if order.is_empty() {
         return Ok(None);
     }
-    let columns = order
+    let mut columns = order
         .iter()
         .map(|e| e.evaluate_to_sort_column(batch))
         .collect::<datafusion::error::Result<Vec<SortColumn>>>()?;
+    // Ties keep the rows' stored order, which is their key's order (as
+    // RisingWave numbers ties by primary key): Arrow's sort is not stable,
+    // and row_number among ties would otherwise change between epochs.
+    columns.push(SortColumn {
+        values: Arc::new(UInt32Array::from_iter_values(0..batch.num_rows() as u32)),
+        options: None,
+    });
     Ok(Some(lexsort_to_indices(&columns, None)?))
 }
 

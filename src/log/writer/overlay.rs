@@ -227,12 +227,18 @@ impl<'g> Pending<'g> {
                 return Err(duplicate(target, &change.new));
             }
         }
-        for (change, full) in changes.iter().zip(&old_full) {
+        // Each change is logged as its old row then its new one, side by
+        // side, so that a change stream can tell an update from a delete
+        // and an insert (`AS changelog`); the rows themselves are staged
+        // all gone first, or `SET id = id + 1` would delete what it wrote.
+        for change in &changes {
             self.record(target, &change.old_key, -1, change.old_row.clone());
+            self.record(target, &change.new.key, 1, change.new.row.clone());
+        }
+        for full in &old_full {
             self.staged.rows.push((full.clone(), None));
         }
         for (change, full) in changes.iter().zip(new_full) {
-            self.record(target, &change.new.key, 1, change.new.row.clone());
             self.staged.rows.push((full, Some(change.new.row.clone())));
         }
         Ok(changes.len() as u64)

@@ -124,6 +124,7 @@ pub async fn create_logical(
     }
     let state = engine.state();
     let mut statement = ast::Statement::Query(create.query.clone());
+    crate::sql::colnames::name_derived_columns(&mut statement);
     crate::sql::datetime::rewrite_interval_literals(&mut statement);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
@@ -419,6 +420,7 @@ async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalP
         .optimizer
         .enable_physical_uncorrelated_scalar_subquery = false;
     let mut statement = ast::Statement::Query(Box::new(query.clone()));
+    crate::sql::colnames::name_derived_columns(&mut statement);
     crate::sql::datetime::rewrite_interval_literals(&mut statement);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))

@@ -33,6 +33,7 @@ pub async fn plan(
     state.config_mut().set_extension(engine.store.read_view());
     let mut ast = ast.clone();
     let names = crate::sql::colnames::rewrite(&mut ast);
+    crate::sql::colnames::name_derived_columns(&mut ast);
     crate::sql::datetime::rewrite_interval_literals(&mut ast);
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(ast)))
