@@ -43,8 +43,7 @@ struct Made {
     before: u32,
     after: u32,
     time: i64,
-    /// Steps from the row before, and steps between the rows around it.
-    steps: f64,
+    /// Steps between the rows around it.
     span: f64,
 }
 
@@ -88,7 +87,6 @@ impl GapFill {
                     before,
                     after,
                     time,
-                    steps: ((time - from) / self.step) as f64,
                     span: (to - from) as f64 / self.step as f64,
                 });
                 time = time.saturating_add(self.step);
@@ -158,17 +156,26 @@ fn interpolate(values: &ArrayRef, made: &[Made]) -> Result<ArrayRef> {
         .as_any()
         .downcast_ref::<Float64Array>()
         .ok_or_else(|| Error::Internal("interpolated column is not numeric".into()))?;
-    let line: Float64Array = made
-        .iter()
-        .map(|m| {
-            let (a, b) = (m.before as usize, m.after as usize);
-            (floats.is_valid(a) && floats.is_valid(b)).then(|| {
-                // Step by step, as RisingWave computes it, so that the
-                // values agree to the last digit.
-                let (from, to) = (floats.value(a), floats.value(b));
-                from + (to - from) / m.span * m.steps
-            })
-        })
-        .collect();
+    // Each made-up row adds one step's share to the one before it, as
+    // RisingWave computes it, so that the values agree to the last digit.
+    // A gap's rows are consecutive in `made`.
+    let mut line = Vec::with_capacity(made.len());
+    let mut last: Option<(u32, f64)> = None;
+    for m in made {
+        let (a, b) = (m.before as usize, m.after as usize);
+        if !(floats.is_valid(a) && floats.is_valid(b)) {
+            line.push(None);
+            continue;
+        }
+        let (from, to) = (floats.value(a), floats.value(b));
+        let delta = (to - from) / m.span;
+        let value = match last {
+            Some((before, previous)) if before == m.before => previous + delta,
+            _ => from + delta,
+        };
+        last = Some((m.before, value));
+        line.push(Some(value));
+    }
+    let line = Float64Array::from(line);
     Ok(cast(&line, values.data_type())?)
 }

@@ -148,6 +148,8 @@ pub struct CreateTable {
 pub struct CreateView {
     pub name: String,
     pub if_not_exists: bool,
+    /// `name (a, b, ...)`: names for the query's first columns.
+    pub columns: Vec<ast::Ident>,
     /// `WITH (key = value, ...)` before `AS`.
     pub options: Vec<(String, String)>,
     pub query: Box<ast::Query>,
@@ -577,6 +579,14 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     use sqlparser::keywords::Keyword;
     let if_not_exists = parser.parse_keywords(&[Keyword::IF, Keyword::NOT, Keyword::EXISTS]);
     let name = object_name(&parser.parse_object_name(false)?)?;
+    let columns = match parser.consume_token(&Token::LParen) {
+        true => {
+            let names = parser.parse_comma_separated(|p| p.parse_identifier())?;
+            parser.expect_token(&Token::RParen)?;
+            names
+        }
+        false => Vec::new(),
+    };
     let options = if parser.parse_keyword(Keyword::WITH) {
         with_options(&mut parser)?
     } else {
@@ -593,6 +603,7 @@ fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     Ok(CreateView {
         name,
         if_not_exists,
+        columns,
         options,
         query,
         emit,

@@ -33,7 +33,7 @@ pub async fn create(
         return Ok(Output::command(TAG));
     }
     let (retention, on_error) = options(&create.options)?;
-    let mut query = create.query.clone();
+    let mut query = named_columns(engine, &create).await?;
     let mut plan = plan_query(engine, &query).await?;
     let mut constants = Vec::new();
     if crate::sql::constants::reads_constants(&plan) {
@@ -106,12 +106,63 @@ fn name_taken(engine: &Engine, session: &mut Session, create: &CreateView) -> Re
     Ok(true)
 }
 
+/// The view's query, its columns renamed as `CREATE [MATERIALIZED] VIEW
+/// name (a, b, ...)` says: the first columns take the names given, the rest
+/// keep theirs, as in PostgreSQL.
+async fn named_columns(engine: &Arc<Engine>, create: &CreateView) -> Result<Box<ast::Query>> {
+    if create.columns.is_empty() {
+        return Ok(create.query.clone());
+    }
+    let plan = plan_query(engine, &create.query).await?;
+    let fields = plan.schema().fields();
+    if create.columns.len() > fields.len() {
+        return Err(Error::Syntax(format!(
+            "too many column names were specified: {} for a query of {} columns",
+            create.columns.len(),
+            fields.len()
+        )));
+    }
+    let names: Vec<String> = fields
+        .iter()
+        .enumerate()
+        .map(|(i, field)| match create.columns.get(i) {
+            Some(given) => given.to_string(),
+            None => ast::Ident::with_quote('"', pg_column_name(field.name())).to_string(),
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    for given in &create.columns {
+        let name = match given.quote_style {
+            Some(_) => given.value.clone(),
+            None => given.value.to_lowercase(),
+        };
+        if !seen.insert(name) {
+            return Err(Error::DuplicateColumn(format!(
+                "column \"{}\" specified more than once",
+                given.value
+            )));
+        }
+    }
+    let sql = format!(
+        "SELECT * FROM ({}) AS __weir_named({})",
+        create.query,
+        names.join(", ")
+    );
+    let dialect = sqlparser::dialect::PostgreSqlDialect {};
+    match sqlparser::parser::Parser::parse_sql(&dialect, &sql)?.pop() {
+        Some(ast::Statement::Query(query)) => Ok(query),
+        _ => Err(Error::Internal(format!(
+            "renamed view query unreadable: {sql}"
+        ))),
+    }
+}
+
 /// `CREATE VIEW`: the query is planned now, to check it and to learn its
 /// columns and what it reads, and again wherever the view is used.
 pub async fn create_logical(
     engine: &Arc<Engine>,
     session: &mut Session,
-    create: CreateView,
+    mut create: CreateView,
 ) -> Result<Output> {
     const TAG: &str = "CREATE VIEW";
     if name_taken(engine, session, &create)? {
@@ -122,6 +173,7 @@ pub async fn create_logical(
             "unrecognized view option \"{key}\"; CREATE VIEW takes no options"
         )));
     }
+    create.query = named_columns(engine, &create).await?;
     let state = engine.state();
     let mut statement = ast::Statement::Query(create.query.clone());
     crate::sql::colnames::name_derived_columns(&mut statement);
