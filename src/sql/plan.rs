@@ -752,7 +752,11 @@ impl<'a> Planner<'a> {
                 steps,
                 keys: right.keys,
             };
-            let op = LookupJoin::new(left, lookup, residual, arrow_schema(plan), left_outer)?;
+            let stream_schema = left.schema.clone();
+            let mut op = LookupJoin::new(left, lookup, residual, arrow_schema(plan), left_outer)?;
+            if !self.is_append_only(&j.left) {
+                op = op.remembering(&stream_schema)?;
+            }
             return Ok(self.push(Box::new(op), vec![stream]));
         }
         let columnless = left.schema.fields().is_empty() || right.schema.fields().is_empty();

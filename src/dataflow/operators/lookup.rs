@@ -4,10 +4,11 @@
 //! Each batch of stream changes is joined with the table's rows as they are
 //! when the batch is processed: the operator reads the table's committed
 //! rows, runs the lookup side's projections and filters over them, and
-//! matches by key. It keeps no state at all, so later changes to the table
-//! never rewrite earlier results, and a retraction on the stream side
-//! retracts what the table holds now (for append-only streams there are
-//! none). A LEFT lookup join pads stream rows without a match with NULLs.
+//! matches by key. Later changes to the table never rewrite earlier
+//! results. Over an append-only stream it keeps no state at all; over a
+//! stream that retracts rows it keeps what each row was joined with, so
+//! that a retraction takes back exactly that, whatever the table holds by
+//! then. A LEFT lookup join pads stream rows without a match with NULLs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::dataflow::change::{ChangeBatch, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::join::Side;
 use crate::dataflow::operators::materialize::expand_row;
+use crate::dataflow::state::read_count;
 use crate::error::Result;
 use crate::log::embedded;
 use crate::state::{CF_ROWS, ReadView, cf, keys};
@@ -51,6 +53,8 @@ pub struct LookupJoin {
     /// The primary key's types, when the ON clause names the whole primary
     /// key of a keyed table: each batch then reads only its keys' rows.
     point: Option<Vec<DataType>>,
+    /// For a stream that retracts: what each of its rows was joined with.
+    memory: Option<Memory>,
 }
 
 /// The lookup side of a join, as the planner describes it.
@@ -85,6 +89,7 @@ impl LookupJoin {
             residual,
             schema: crate::catalog::nullable(&schema),
             pad,
+            memory: None,
         })
     }
 
@@ -211,6 +216,50 @@ impl Operator for LookupJoin {
         batch: ChangeBatch,
         cx: &mut Context<'_>,
     ) -> Result<()> {
+        let Some(memory) = &self.memory else {
+            for (joined, _) in self.join_now(&batch, cx)? {
+                cx.emit(joined);
+            }
+            return Ok(());
+        };
+        let diffs = batch.diffs().values();
+        let taken = |positive: bool| {
+            let at: Vec<u32> = (0..diffs.len() as u32)
+                .filter(|i| (diffs[*i as usize] > 0) == positive)
+                .collect();
+            batch.take(&UInt32Array::from(at))
+        };
+        let (added, removed) = (taken(true)?, taken(false)?);
+        if removed.rows().num_rows() > 0 {
+            let retracted = memory.retract(&removed, cx)?;
+            cx.emit(retracted);
+        }
+        if added.rows().num_rows() > 0 {
+            for (joined, from) in self.join_now(&added, cx)? {
+                memory.remember(&added, &joined, &from, cx)?;
+                cx.emit(joined);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LookupJoin {
+    /// A stream that retracts rows: each row's output is kept, so that its
+    /// retraction takes back what it was joined with, whatever the table
+    /// holds by then.
+    pub fn remembering(mut self, stream: &SchemaRef) -> Result<LookupJoin> {
+        self.memory = Some(Memory::new(stream, &self.schema)?);
+        Ok(self)
+    }
+
+    /// `batch` joined with the table as it is now, and for each output
+    /// row, the stream row it came from.
+    fn join_now(
+        &self,
+        batch: &ChangeBatch,
+        cx: &mut Context<'_>,
+    ) -> Result<Vec<(ChangeBatch, Vec<u32>)>> {
         let stream_keys = evaluate_all(&self.stream_keys, batch.rows(), &mut cx.state.errors)?;
         let table = self.current(cx, &stream_keys)?;
         let table_keys = evaluate_all(&self.lookup_keys, &table, &mut cx.state.errors)?;
@@ -259,33 +308,35 @@ impl Operator for LookupJoin {
                 .filter_map(|(i, keep)| keep.then_some(i))
                 .collect();
         }
-        cx.emit(pairs);
-        if self.pad {
-            self.pad_unmatched(&batch, &table, &mine, cx)?;
-        }
-        Ok(())
+        let padded = match self.pad {
+            true => self.pad_unmatched(batch, &table, &mine)?,
+            false => None,
+        };
+        Ok(std::iter::once((pairs, mine)).chain(padded).collect())
     }
-}
 
-impl LookupJoin {
-    /// The stream rows of `batch` not among `matched`, with NULLs for the table's columns.
+    /// The stream rows of `batch` not among `matched`, with NULLs for the
+    /// table's columns, and where each came from.
     fn pad_unmatched(
         &self,
         batch: &ChangeBatch,
         table: &RecordBatch,
         matched: &[u32],
-        cx: &mut Context<'_>,
-    ) -> Result<()> {
+    ) -> Result<Option<(ChangeBatch, Vec<u32>)>> {
         let matched: std::collections::HashSet<u32> = matched.iter().copied().collect();
         let unmatched: Vec<u32> = (0..batch.rows().num_rows() as u32)
             .filter(|i| !matched.contains(i))
             .collect();
         if unmatched.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let weights = unmatched.iter().map(|i| batch.diffs().value(*i as usize));
         let weights = Int64Array::from_iter_values(weights);
-        let mut columns = take_arrays(batch.rows().columns(), &UInt32Array::from(unmatched), None)?;
+        let mut columns = take_arrays(
+            batch.rows().columns(),
+            &UInt32Array::from(unmatched.clone()),
+            None,
+        )?;
         let n = weights.len();
         columns.extend(
             table
@@ -295,8 +346,98 @@ impl LookupJoin {
                 .map(|f| new_null_array(f.data_type(), n)),
         );
         let padded = RecordBatch::try_new(self.schema.clone(), columns)?;
-        cx.emit(ChangeBatch::new(padded, weights)?);
+        Ok(Some((ChangeBatch::new(padded, weights)?, unmatched)))
+    }
+}
+
+/// What a retracting stream's rows were joined with.
+///
+/// # State layout (under the operator's prefix)
+/// - `u32` length ++ stream row -> how many times the row is in (i64 LE)
+/// - `u32` length ++ stream row ++ output row -> its count (i64 LE)
+struct Memory {
+    stream_rows: RowConverter,
+    output_rows: RowConverter,
+    output: SchemaRef,
+}
+
+impl Memory {
+    fn new(stream: &SchemaRef, output: &SchemaRef) -> Result<Memory> {
+        let fields = |schema: &SchemaRef| {
+            schema
+                .fields()
+                .iter()
+                .map(|f| SortField::new(f.data_type().clone()))
+                .collect::<Vec<_>>()
+        };
+        Ok(Memory {
+            stream_rows: RowConverter::new(fields(stream))?,
+            output_rows: RowConverter::new(fields(output))?,
+            output: output.clone(),
+        })
+    }
+
+    fn row_key(&self, cx: &Context<'_>, row: &[u8]) -> Vec<u8> {
+        cx.key(&[(row.len() as u32).to_be_bytes().as_slice(), row].concat())
+    }
+
+    /// Note that `added`'s rows came in and were joined into `joined`, whose
+    /// row `j` came from stream row `from[j]`.
+    fn remember(
+        &self,
+        added: &ChangeBatch,
+        joined: &ChangeBatch,
+        from: &[u32],
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let stream = self.stream_rows.convert_columns(added.rows().columns())?;
+        let out = self.output_rows.convert_columns(joined.rows().columns())?;
+        for (j, i) in from.iter().enumerate() {
+            let mut key = self.row_key(cx, stream.row(*i as usize).as_ref());
+            key.extend_from_slice(out.row(j).as_ref());
+            cx.state.add_count(key, joined.diffs().value(j))?;
+        }
         Ok(())
+    }
+
+    /// The output to take back for `removed`'s rows, and the instances noted
+    /// for them forgotten. A row in several times gives back its share.
+    fn retract(&self, removed: &ChangeBatch, cx: &mut Context<'_>) -> Result<ChangeBatch> {
+        let stream = self.stream_rows.convert_columns(removed.rows().columns())?;
+        let (mut rows, mut diffs) = (Vec::new(), Vec::new());
+        for i in 0..removed.rows().num_rows() {
+            let gone = -removed.diffs().value(i);
+            let key = self.row_key(cx, stream.row(i).as_ref());
+            let upper = crate::state::keys::prefix_end(&key);
+            let mut instances = 0;
+            let mut outputs = Vec::new();
+            for (stored, value) in cx.state.scan(&key, &upper)? {
+                let count = read_count(&value)?;
+                match stored.len() == key.len() {
+                    true => instances = count,
+                    false => outputs.push((stored, count)),
+                }
+            }
+            for (stored, count) in outputs {
+                let share = match instances > gone {
+                    true => count * gone / instances.max(1),
+                    false => count,
+                };
+                cx.state.add_count(stored.clone(), -share)?;
+                rows.push(stored[key.len()..].to_vec());
+                diffs.push(-share);
+            }
+            cx.state.add_count(key, -gone.min(instances))?;
+        }
+        let parser = self.output_rows.parser();
+        let columns = self
+            .output_rows
+            .convert_rows(rows.iter().map(|r| parser.parse(r)))?;
+        let batch = match columns.is_empty() {
+            true => RecordBatch::new_empty(self.output.clone()),
+            false => RecordBatch::try_new(self.output.clone(), columns)?,
+        };
+        ChangeBatch::new(batch, Int64Array::from(diffs))
     }
 }
 
