@@ -26,7 +26,8 @@ pub use connector::{
 };
 pub use role::{BOOTSTRAP_ROLE, RoleDef, Verifier};
 pub use table::{
-    ColumnDef, Storage, Table, TableDef, WatermarkDef, micros, nullable, watermark_expr,
+    ColumnDef, ConflictAction, ConflictDef, Storage, Table, TableDef, WatermarkDef, micros,
+    nullable, watermark_expr,
 };
 
 /// The system table of late rows (see `dataflow::late`).

@@ -51,6 +51,9 @@ pub struct TableDef {
     /// (`WITH (retention = ...)`): a table's older changes are folded into
     /// its live rows, an append-only table's are dropped.
     pub retention: Option<i64>,
+    /// `ON CONFLICT ...`: an INSERT merges into a row of the same key
+    /// instead of failing.
+    pub conflict: Option<ConflictDef>,
 }
 
 /// What a relation is, and so where its contents live and how they change.
@@ -102,6 +105,8 @@ struct Stored {
     log_only: bool,
     #[serde(default)]
     retention: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    conflict: Option<ConflictDef>,
 }
 
 impl Storage {
@@ -131,6 +136,7 @@ impl From<Stored> for TableDef {
             watermarked: s.watermarked,
             connector: s.connector,
             retention: s.retention,
+            conflict: s.conflict,
         }
     }
 }
@@ -154,6 +160,7 @@ impl From<TableDef> for Stored {
             watermarked: def.watermarked,
             connector: def.connector,
             retention: def.retention,
+            conflict: def.conflict,
         }
     }
 }
@@ -190,6 +197,23 @@ mod arrow_notation {
     }
 }
 
+/// What an INSERT does with a row whose key is taken (`ON CONFLICT ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ConflictAction {
+    DoNothing,
+    /// `OVERWRITE` or `DO UPDATE FULL`.
+    Overwrite,
+    UpdateIfNotNull,
+}
+
+/// A table's `ON CONFLICT` clause.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConflictDef {
+    pub action: ConflictAction,
+    /// `WITH VERSION COLUMN (...)`: compared in order; a lower one loses.
+    pub version_columns: Vec<usize>,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WatermarkDef {
     pub column: String,
@@ -218,6 +242,7 @@ impl TableDef {
             watermarked: false,
             connector: None,
             retention: None,
+            conflict: None,
         }
     }
 

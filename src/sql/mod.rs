@@ -4,6 +4,7 @@ pub mod approx_percentile;
 pub mod asof;
 pub mod changelog;
 pub mod colnames;
+pub mod conflict;
 pub mod constants;
 pub mod datetime;
 pub mod functions;

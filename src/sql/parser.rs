@@ -142,6 +142,8 @@ pub struct CreateTable {
     pub text: String,
     /// What feeds it from outside (`CREATE SOURCE`, `CREATE TABLE ... WITH (connector = ...)`).
     pub connector: Option<crate::catalog::ConnectorDef>,
+    /// `ON CONFLICT action [WITH VERSION COLUMN (c, ...)]`.
+    pub conflict: Option<(crate::catalog::ConflictAction, Vec<String>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -1024,6 +1026,7 @@ fn create_table(tokens: Vec<TokenWithSpan>) -> Result<CreateTable> {
     }
     append_only |= strip_append_only(&mut tokens);
     let watermark = strip_watermark(&mut tokens)?;
+    let conflict = strip_on_conflict(&mut tokens)?;
     let connector = connector::strip_table_connector(&mut tokens)?;
     let ast = sqlparser_one(tokens)?;
     let (name, if_not_exists) = match &ast {
@@ -1042,7 +1045,90 @@ fn create_table(tokens: Vec<TokenWithSpan>) -> Result<CreateTable> {
         if_not_exists,
         text,
         connector,
+        conflict,
     })
+}
+
+/// Remove `ON CONFLICT DO NOTHING | OVERWRITE | DO UPDATE FULL | DO UPDATE
+/// IF NOT NULL [WITH VERSION COLUMN (c, ...)]` after the column list.
+fn strip_on_conflict(
+    tokens: &mut Vec<TokenWithSpan>,
+) -> Result<Option<(crate::catalog::ConflictAction, Vec<String>)>> {
+    use crate::catalog::ConflictAction;
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !is_space(&tokens[*i].token))
+        .collect();
+    let word = |n: usize| solid.get(n).map(|i| &tokens[*i].token);
+    let is = |n: usize, w: &str| word(n).is_some_and(|t| is_word(t, w));
+    let mut depth = 0;
+    let mut start = None;
+    for (n, at) in solid.iter().enumerate() {
+        match tokens[*at].token {
+            Token::LParen => depth += 1,
+            Token::RParen => depth -= 1,
+            _ if depth == 0 && is(n, "ON") && is(n + 1, "CONFLICT") => {
+                start = Some(n);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let Some(start) = start else {
+        return Ok(None);
+    };
+    let (action, mut next) = if is(start + 2, "DO") && is(start + 3, "NOTHING") {
+        (ConflictAction::DoNothing, start + 4)
+    } else if is(start + 2, "OVERWRITE") {
+        (ConflictAction::Overwrite, start + 3)
+    } else if is(start + 2, "DO") && is(start + 3, "UPDATE") && is(start + 4, "FULL") {
+        (ConflictAction::Overwrite, start + 5)
+    } else if is(start + 2, "DO")
+        && is(start + 3, "UPDATE")
+        && is(start + 4, "IF")
+        && is(start + 5, "NOT")
+        && is(start + 6, "NULL")
+    {
+        (ConflictAction::UpdateIfNotNull, start + 7)
+    } else {
+        return Err(Error::Syntax(
+            "syntax error in ON CONFLICT: expected DO NOTHING, OVERWRITE, DO UPDATE FULL or DO UPDATE IF NOT NULL".into(),
+        ));
+    };
+    let mut versions = Vec::new();
+    if is(next, "WITH") && is(next + 1, "VERSION") && is(next + 2, "COLUMN") {
+        next += 3;
+        if word(next) != Some(&Token::LParen) {
+            return Err(Error::Syntax("expected ( after WITH VERSION COLUMN".into()));
+        }
+        next += 1;
+        loop {
+            match word(next) {
+                Some(Token::Word(w)) => versions.push(match w.quote_style {
+                    Some(_) => w.value.clone(),
+                    None => w.value.to_lowercase(),
+                }),
+                _ => {
+                    return Err(Error::Syntax(
+                        "expected a column name in WITH VERSION COLUMN".into(),
+                    ));
+                }
+            }
+            next += 1;
+            match word(next) {
+                Some(Token::Comma) => next += 1,
+                Some(Token::RParen) => break,
+                _ => {
+                    return Err(Error::Syntax(
+                        "expected , or ) in WITH VERSION COLUMN".into(),
+                    ));
+                }
+            }
+        }
+        next += 1;
+    }
+    let end = solid.get(next).copied().unwrap_or(tokens.len());
+    tokens.drain(solid[start]..end);
+    Ok(Some((action, versions)))
 }
 
 fn strip_append_only(tokens: &mut Vec<TokenWithSpan>) -> bool {

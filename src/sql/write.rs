@@ -7,7 +7,7 @@ use datafusion::arrow::array::{Array, RecordBatch};
 
 use crate::catalog::Table;
 use crate::error::{Error, Result};
-use crate::log::writer::{Change, KeyedRow, Stage, WriteOp, Writer};
+use crate::log::writer::{Change, KeyedRow, Merge, Stage, WriteOp, Writer};
 use crate::state::{CF_ROWS, ReadView, keys};
 
 /// Arrow bytes of rows after which an INSERT stages them on disk instead
@@ -66,8 +66,13 @@ impl NewRows {
                 rows: encode_rows(table, batches)?,
             }
         } else if table.def.is_keyed() {
-            WriteOp::Insert {
-                rows: keyed_rows(table, batches)?,
+            let rows = keyed_rows(table, batches)?;
+            match table.def.conflict {
+                Some(_) => WriteOp::Merge {
+                    rows,
+                    merge: Merge(crate::sql::conflict::merger(table)?),
+                },
+                None => WriteOp::Insert { rows },
             }
         } else {
             WriteOp::InsertUnkeyed {

@@ -43,7 +43,9 @@ use schedule::Shared;
 pub use bulk::Stage;
 pub use offsets::{log_end, log_watermark};
 pub use producer::{PRODUCER, Producer, current_producer, producer_seq};
-pub use request::{Change, KeyRenderer, KeyedRow, Target, UpsertRow, WriteOp, WriteRequest};
+pub use request::{
+    Change, KeyRenderer, KeyedRow, Merge, MergeFn, Target, UpsertRow, WriteOp, WriteRequest,
+};
 
 /// A handle to the writer.
 #[derive(Clone, Debug)]

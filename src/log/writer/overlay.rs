@@ -9,7 +9,7 @@ use rocksdb::DB;
 
 use super::group::Group;
 use super::offsets::Offsets;
-use super::request::{Change, KeyedRow, Target, UpsertRow, WriteOp, duplicate};
+use super::request::{Change, KeyedRow, MergeFn, Target, UpsertRow, WriteOp, duplicate};
 use crate::error::{Error, Result};
 use crate::log::embedded::{CHUNK_ROWS, encode_chunk};
 use crate::state::{CF_ROWS, cf, keys};
@@ -76,6 +76,7 @@ impl<'g> Pending<'g> {
             WriteOp::Delete { keys } => self.delete(db, target, keys)?,
             WriteOp::Update { changes } => self.update(db, target, changes)?,
             WriteOp::Upsert { rows } => self.upsert(db, target, rows)?,
+            WriteOp::Merge { rows, merge } => self.merge(db, target, rows, &merge.0)?,
         };
         let current = self
             .offsets
@@ -261,6 +262,51 @@ impl<'g> Pending<'g> {
         let current = self.current(db, &full)?;
         for ((key, full), old) in order.into_iter().zip(full).zip(current) {
             let new = last.remove(&key).flatten();
+            if old == new {
+                continue;
+            }
+            if let Some(old) = old {
+                self.record(target, &key, -1, old);
+            }
+            if let Some(new) = &new {
+                self.record(target, &key, 1, new.clone());
+            }
+            self.staged.rows.push((full, new));
+        }
+        Ok(count)
+    }
+
+    fn merge(
+        &mut self,
+        db: &DB,
+        target: &Target,
+        rows: Vec<KeyedRow>,
+        merge: &MergeFn,
+    ) -> Result<u64> {
+        let count = rows.len() as u64;
+        let mut order: Vec<Vec<u8>> = Vec::new();
+        let mut seen = HashSet::new();
+        for row in &rows {
+            if seen.insert(row.key.clone()) {
+                order.push(row.key.clone());
+            }
+        }
+        let full: Vec<Vec<u8>> = order
+            .iter()
+            .map(|k| keys::row_key(target.table, k))
+            .collect();
+        let stored = self.current(db, &full)?;
+        let mut now: HashMap<Vec<u8>, Option<Vec<u8>>> =
+            order.iter().cloned().zip(stored.iter().cloned()).collect();
+        // Rows of one key merge in order, the first into what is stored.
+        for row in rows {
+            let held = now.entry(row.key).or_default();
+            if let Some(merged) = merge(held.as_deref(), &row.row)? {
+                *held = Some(merged);
+            }
+        }
+        for ((key, full), old) in order.into_iter().zip(full).zip(stored) {
+            let new = now.remove(&key).flatten();
             if old == new {
                 continue;
             }

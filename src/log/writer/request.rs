@@ -41,6 +41,10 @@ pub struct KeyedRow {
     pub row: Vec<u8>,
 }
 
+/// How a table with `ON CONFLICT` merges a row into the one stored under
+/// its key: the row to store, or `None` to keep what is there.
+pub type MergeFn = Arc<dyn Fn(Option<&[u8]>, &[u8]) -> Result<Option<Vec<u8>>> + Send + Sync>;
+
 #[derive(Debug)]
 pub enum WriteOp {
     /// Append-only tables: records go to the log only.
@@ -56,6 +60,19 @@ pub enum WriteOp {
     /// Set each key's row whatever was there, or delete it (`None`): a
     /// table fed by an upsert connector, where the last message per key wins.
     Upsert { rows: Vec<UpsertRow> },
+    /// Keyed tables with `ON CONFLICT`: each row merged, in order, into
+    /// what its key holds.
+    Merge { rows: Vec<KeyedRow>, merge: Merge },
+}
+
+/// A [`MergeFn`] that a `WriteOp` can print.
+#[derive(Clone)]
+pub struct Merge(pub MergeFn);
+
+impl std::fmt::Debug for Merge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Merge")
+    }
 }
 
 /// A row key and its new row, or `None` to delete it.
@@ -70,6 +87,7 @@ impl WriteOp {
             WriteOp::Delete { keys } => keys.len(),
             WriteOp::Update { changes } => changes.len(),
             WriteOp::Upsert { rows } => rows.len(),
+            WriteOp::Merge { rows, .. } => rows.len(),
         };
         n as u64
     }

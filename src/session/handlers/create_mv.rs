@@ -211,6 +211,7 @@ pub async fn create_logical(
         watermarked: false,
         connector: None,
         retention: None,
+        conflict: None,
     };
     engine
         .catalog
@@ -458,6 +459,7 @@ fn contents(
         watermarked: shape.watermarked,
         connector: None,
         retention: None,
+        conflict: None,
     })
 }
 

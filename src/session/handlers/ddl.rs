@@ -10,7 +10,8 @@ use datafusion::sql::parser::Statement as DfStatement;
 use sqlparser::ast;
 
 use crate::catalog::{
-    ColumnDef, ConnectorKind, Object, ObjectDef, ObjectKind, Storage, TableDef, WatermarkDef,
+    ColumnDef, ConflictAction, ConflictDef, ConnectorKind, Object, ObjectDef, ObjectKind, Storage,
+    TableDef, WatermarkDef,
 };
 use crate::dataflow::runtime::Retention;
 use crate::error::{Error, Result};
@@ -58,6 +59,7 @@ pub async fn create_table(
         columns.extend(super::connector::include_columns(connector, &columns)?);
     }
     let watermark = watermark(&create, &columns)?;
+    let conflict = conflict(&create, &columns, &primary_key)?;
     let storage = match (create.append_only, primary_key.is_empty()) {
         (true, true) => Storage::AppendOnly,
         (true, false) => Storage::KeyedAppendOnly,
@@ -76,6 +78,7 @@ pub async fn create_table(
         watermarked: false,
         connector: create.connector.clone(),
         retention,
+        conflict,
     };
     super::connector::check_source(&def).await?;
     let object = engine.catalog.create(ObjectDef::Table(def))?;
@@ -305,6 +308,50 @@ fn primary_key(
         ));
     }
     Ok(key)
+}
+
+/// The table's `ON CONFLICT` clause, checked against its columns and key.
+fn conflict(
+    create: &CreateTable,
+    columns: &[ColumnDef],
+    key: &[usize],
+) -> Result<Option<ConflictDef>> {
+    let Some((action, versions)) = &create.conflict else {
+        return Ok(None);
+    };
+    if key.is_empty() {
+        return Err(Error::NotSupported(
+            "ON CONFLICT needs a primary key: it says what a row whose key is taken does".into(),
+        ));
+    }
+    if create.append_only && *action != ConflictAction::DoNothing {
+        return Err(Error::NotSupported(
+            "an append-only table takes only ON CONFLICT DO NOTHING: its rows never change".into(),
+        ));
+    }
+    if create.connector.is_some() {
+        return Err(Error::NotSupported(
+            "ON CONFLICT is for INSERT; a table fed by a connector keeps the last row per key"
+                .into(),
+        ));
+    }
+    if *action == ConflictAction::DoNothing && !versions.is_empty() {
+        return Err(Error::Syntax(
+            "WITH VERSION COLUMN needs DO UPDATE FULL, OVERWRITE or DO UPDATE IF NOT NULL: DO NOTHING keeps the stored row whatever its version".into(),
+        ));
+    }
+    let version_columns = versions
+        .iter()
+        .map(|name| {
+            columns.iter().position(|c| &c.name == name).ok_or_else(|| {
+                Error::UndefinedColumn(format!("version column \"{name}\" does not exist"))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Some(ConflictDef {
+        action: *action,
+        version_columns,
+    }))
 }
 
 fn watermark(create: &CreateTable, columns: &[ColumnDef]) -> Result<Option<WatermarkDef>> {
