@@ -6,6 +6,7 @@ pub mod changelog;
 pub mod colnames;
 pub mod conflict;
 pub mod constants;
+pub mod corresponding;
 pub mod datetime;
 pub mod functions;
 pub mod gap_fill;

@@ -345,7 +345,7 @@ fn normalize<V: VisitMut>(node: &mut V) -> Result<()> {
 }
 
 fn query(tokens: &[TokenWithSpan]) -> Result<Statement> {
-    let rewritten = rewrite_windows(tokens.to_vec());
+    let rewritten = rewrite_windows(crate::sql::corresponding::mark(tokens.to_vec())?);
     let tokens = rewritten.as_slice();
     // The compatibility parser rewrites the catalog queries psql and GUI clients send.
     let mut text = text_of(tokens);
@@ -572,7 +572,7 @@ fn reset(tokens: &[TokenWithSpan]) -> Statement {
 /// `CREATE MATERIALIZED VIEW [IF NOT EXISTS] name AS query [EMIT ...]`, after `skip` words.
 fn create_view(tokens: &[TokenWithSpan], skip: usize) -> Result<CreateView> {
     let text = text_of(tokens);
-    let tokens = rewrite_windows(tokens.to_vec());
+    let tokens = rewrite_windows(crate::sql::corresponding::mark(tokens.to_vec())?);
     let (body, emit) = match top_level_word(&tokens, "EMIT") {
         Some(at) => (&tokens[..at], emit_clause(&tokens[at..])?),
         None => (&tokens[..], EmitClause::Changes),

@@ -173,8 +173,9 @@ pub async fn create_logical(
             "unrecognized view option \"{key}\"; CREATE VIEW takes no options"
         )));
     }
-    create.query = named_columns(engine, &create).await?;
     let state = engine.state();
+    crate::sql::corresponding::rewrite(&state, &mut create.query).await?;
+    create.query = named_columns(engine, &create).await?;
     let mut statement = ast::Statement::Query(create.query.clone());
     crate::sql::colnames::name_derived_columns(&mut statement);
     crate::sql::datetime::rewrite_interval_literals(&mut statement);
@@ -473,7 +474,9 @@ async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalP
         .options_mut()
         .optimizer
         .enable_physical_uncorrelated_scalar_subquery = false;
-    let mut statement = ast::Statement::Query(Box::new(query.clone()));
+    let mut query = query.clone();
+    crate::sql::corresponding::rewrite(&state, &mut query).await?;
+    let mut statement = ast::Statement::Query(Box::new(query));
     crate::sql::colnames::name_derived_columns(&mut statement);
     crate::sql::datetime::rewrite_interval_literals(&mut statement);
     let plan = state

@@ -32,6 +32,9 @@ pub async fn plan(
     let mut state = engine.state();
     state.config_mut().set_extension(engine.store.read_view());
     let mut ast = ast.clone();
+    if let ast::Statement::Query(query) = &mut ast {
+        crate::sql::corresponding::rewrite(&state, query).await?;
+    }
     let names = crate::sql::colnames::rewrite(&mut ast);
     crate::sql::colnames::name_derived_columns(&mut ast);
     crate::sql::datetime::rewrite_interval_literals(&mut ast);
