@@ -178,7 +178,7 @@ fn aliased(expr: Expr, alias: &str) -> SelectItem {
 }
 
 /// An identifier as the catalog knows it: folded to lower case unless quoted.
-fn folded(ident: &Ident) -> String {
+pub(crate) fn folded(ident: &Ident) -> String {
     match ident.quote_style {
         Some(_) => ident.value.clone(),
         None => ident.value.to_lowercase(),
@@ -188,7 +188,7 @@ fn folded(ident: &Ident) -> String {
 /// PostgreSQL's name for an expression and how strongly it holds: a cast
 /// keeps the name of a column or function under it, and takes its type's
 /// name over a weaker one (`FigureColname` in PostgreSQL's parser).
-fn figure(expr: &Expr) -> (String, u8) {
+pub(crate) fn figure(expr: &Expr) -> (String, u8) {
     match expr {
         Expr::Identifier(ident) => (folded(ident), 2),
         Expr::CompoundIdentifier(parts) => match parts.last() {
