@@ -29,6 +29,10 @@ pub struct Hold {
     /// The view whose late rows are dropped and recorded, when a row
     /// already behind the watermark must not reach what is downstream.
     drops_late: Option<String>,
+    /// Added to the column's time: a row goes once the sum is behind the
+    /// watermark (a window's start plus its length, less one microsecond,
+    /// closes the window when the watermark reaches its end).
+    offset: i64,
 }
 
 impl Hold {
@@ -44,7 +48,14 @@ impl Hold {
             schema,
             watermark: None,
             drops_late: None,
+            offset: 0,
         })
+    }
+
+    /// Hold each row until the watermark passes its time plus `offset`.
+    pub fn offset_by(mut self, offset: i64) -> Hold {
+        self.offset = offset;
+        self
     }
 
     /// Rows that come after the watermark passed their time are recorded
@@ -94,7 +105,11 @@ impl Operator for Hold {
         cx: &mut Context<'_>,
     ) -> Result<()> {
         let rows = batch.rows();
-        let times = crate::catalog::micros(rows.column(self.column))?;
+        let raw = crate::catalog::micros(rows.column(self.column))?;
+        let times: Int64Array = raw
+            .iter()
+            .map(|t| t.map(|t| t.saturating_add(self.offset)))
+            .collect();
         let encoded = self.rows.convert_columns(rows.columns())?;
         let mut now: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         let mut late = Vec::new();
@@ -117,7 +132,7 @@ impl Operator for Hold {
         if let (Some(view), Some(watermark)) = (&self.drops_late, self.watermark)
             && !late.is_empty()
         {
-            record_late(view, rows, &times, &late, watermark, cx)?;
+            record_late(view, rows, &raw, &late, watermark, cx)?;
         }
         self.send(now.into_iter().filter(|(_, c)| *c != 0).collect(), cx)
     }

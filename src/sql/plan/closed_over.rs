@@ -34,7 +34,9 @@ use super::{Planner, arrow_schema, column_exprs, groups_anywhere, shared_partiti
 use crate::catalog::nullable;
 use crate::dataflow::operators::over::{Evaluate, Over};
 use crate::dataflow::operators::{Filter, Hold, Project};
+use crate::dataflow::window::WINDOW_END;
 use crate::error::{Error, Result};
+use crate::sql::window::{bound_of, trace_column};
 
 impl Planner<'_> {
     /// The window `w` under `EMIT ON WINDOW CLOSE`, if the view emits so
@@ -49,14 +51,22 @@ impl Planner<'_> {
             return Ok(None);
         }
         self.on_close_taken = true;
-        let time = self.event_time_order(w)?;
-        let ahead = w
-            .window_expr
-            .iter()
-            .map(rows_ahead)
-            .collect::<Result<Vec<_>>>()?;
+        // Partitions that are windows close whole; others row by row.
+        let (time, offset, ahead) = match self.closing_window(w)? {
+            Some((column, offset)) => (column, offset, vec![0; w.window_expr.len()]),
+            None => {
+                let ahead = w
+                    .window_expr
+                    .iter()
+                    .map(rows_ahead)
+                    .collect::<Result<Vec<_>>>()?;
+                (self.event_time_order(w)?, 0, ahead)
+            }
+        };
         let input = self.node(&w.input)?;
-        let held = Hold::new(time, arrow_schema(&w.input))?.dropping_late(&self.view_name);
+        let held = Hold::new(time, arrow_schema(&w.input))?
+            .offset_by(offset)
+            .dropping_late(&self.view_name);
         let input = self.push(Box::new(held), vec![input]);
 
         let mut exprs = w.window_expr.clone();
@@ -93,6 +103,34 @@ impl Planner<'_> {
             node = self.push(Box::new(project), vec![node]);
         }
         Ok(Some(node))
+    }
+
+    /// A window bound every window is partitioned by (`PARTITION BY
+    /// window_start` over TUMBLE): its column, and what to add to it for
+    /// the time its window closes at, less a microsecond.
+    fn closing_window(&self, w: &Window) -> Result<Option<(usize, i64)>> {
+        if !self.is_append_only(&w.input) {
+            return Ok(None);
+        }
+        for expr in shared_partition(&w.window_expr) {
+            let Expr::Column(c) = &expr else { continue };
+            let Some((table, at)) = trace_column(&w.input, c) else {
+                continue;
+            };
+            if !table.relation.def.has_watermark() {
+                continue;
+            }
+            let offset = match bound_of(&table, at) {
+                Some(WINDOW_END) => -1,
+                Some(_) => match table.spec.kind.longest() {
+                    Some(longest) => longest - 1,
+                    None => continue,
+                },
+                None => continue,
+            };
+            return Ok(Some((w.input.schema().index_of_column(c)?, offset)));
+        }
+        Ok(None)
     }
 
     /// The input column every window orders by first, ascending: the
