@@ -1279,10 +1279,11 @@ impl<'a> Planner<'a> {
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
+        let first_of_each = params.distinct && !order.is_empty();
         let mut builder = AggregateExprBuilder::new(func.clone(), args)
             .schema(Arc::new(schema.as_arrow().clone()))
             .alias(func.name())
-            .with_distinct(params.distinct);
+            .with_distinct(params.distinct && !first_of_each);
         // A WITHIN GROUP aggregate reads its direction from the ordering
         // (percentile_disc ... ORDER BY x DESC); other ordered aggregates
         // get their rows sorted instead, so their accumulators stay plain.
@@ -1295,6 +1296,7 @@ impl<'a> Planner<'a> {
             function: Arc::new(function),
             filter,
             order,
+            first_of_each,
         })
     }
 

@@ -6,12 +6,14 @@
 //! as it was and as it is. A group costs its size at each epoch that
 //! changes it.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::prep_null_mask_filter;
-use datafusion::arrow::compute::{cast, filter_record_batch, take_record_batch};
+use datafusion::arrow::compute::{cast, filter, filter_record_batch, take_record_batch};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::row::{RowConverter, SortField};
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 use datafusion::physical_expr::{PhysicalExpr, PhysicalSortExpr};
@@ -32,6 +34,10 @@ pub struct Recomputed {
     pub function: Arc<AggregateFunctionExpr>,
     pub filter: Option<Arc<dyn PhysicalExpr>>,
     pub order: Vec<PhysicalSortExpr>,
+    /// `DISTINCT` with an inner ORDER BY: the function is built without
+    /// DISTINCT, whose set would lose the order, and each argument tuple
+    /// reaches it once, where it first comes in that order.
+    pub first_of_each: bool,
 }
 
 impl Recompute {
@@ -91,14 +97,34 @@ impl Recomputed {
             }
             None => rows,
         };
-        let args = self
+        let mut args = self
             .function
             .expressions()
             .iter()
             .map(|e| Ok(e.evaluate(&rows)?.into_array(rows.num_rows())?))
             .collect::<Result<Vec<ArrayRef>>>()?;
+        if self.first_of_each {
+            args = first_of_each(&args)?;
+        }
         accumulator.update_batch(&args)?;
         let value: ScalarValue = accumulator.evaluate()?;
         Ok(value.to_array()?)
     }
+}
+
+/// `args` with each tuple of values kept only where it first occurs.
+fn first_of_each(args: &[ArrayRef]) -> Result<Vec<ArrayRef>> {
+    let fields = args
+        .iter()
+        .map(|a| SortField::new(a.data_type().clone()))
+        .collect();
+    let rows = RowConverter::new(fields)?.convert_columns(args)?;
+    let mut seen = HashSet::new();
+    let first: BooleanArray = (0..rows.num_rows())
+        .map(|i| Some(seen.insert(rows.row(i))))
+        .collect();
+    Ok(args
+        .iter()
+        .map(|a| filter(a, &first))
+        .collect::<std::result::Result<Vec<_>, _>>()?)
 }
