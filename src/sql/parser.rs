@@ -653,7 +653,7 @@ fn emit_clause(tokens: &[TokenWithSpan]) -> Result<EmitClause> {
 /// `TUMBLE('bids', 'date_time', ...)`, names passed as strings.
 pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
     let tokens = unwrap_flink_windows(rewrite_lookups(asof::rewrite(tokens)));
-    let tokens = quote_gap_fill_columns(changelog_ctes(tokens));
+    let tokens = quote_gap_fill_columns(changelog_ctes(aggregate_calls(tokens)));
     let solid: Vec<usize> = (0..tokens.len())
         .filter(|i| !is_space(&tokens[*i].token))
         .collect();
@@ -707,6 +707,45 @@ pub fn rewrite_windows(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
         ];
         out.splice(at..at, alias.map(|t| TokenWithSpan::new(t, span)));
     }
+    out
+}
+
+/// `aggregate:f(x [ORDER BY ...])` (RisingWave's) applies the scalar
+/// function `f` to the array of a group's values:
+/// `f(array_agg(x [ORDER BY ...]))`.
+fn aggregate_calls(tokens: Vec<TokenWithSpan>) -> Vec<TokenWithSpan> {
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|i| !is_space(&tokens[*i].token))
+        .collect();
+    let token = |n: usize| solid.get(n).map(|i| &tokens[*i].token);
+    let mut out = Vec::with_capacity(tokens.len() + 4);
+    let mut copied = 0;
+    for n in 0..solid.len() {
+        let call = token(n).is_some_and(|t| is_word(t, "AGGREGATE"))
+            && token(n + 1) == Some(&Token::Colon)
+            && matches!(token(n + 2), Some(Token::Word(_)))
+            && token(n + 3) == Some(&Token::LParen);
+        if !call || solid[n] < copied {
+            continue;
+        }
+        let open = solid[n + 3];
+        let Some(close) = cursor::matching_paren(&tokens, open) else {
+            continue;
+        };
+        let span = tokens[open].span;
+        out.extend_from_slice(&tokens[copied..solid[n]]);
+        out.extend_from_slice(&tokens[solid[n + 2]..=open]);
+        out.push(TokenWithSpan::new(
+            Token::make_word("array_agg", None),
+            span,
+        ));
+        out.push(TokenWithSpan::new(Token::LParen, span));
+        out.extend_from_slice(&tokens[open + 1..close]);
+        out.push(TokenWithSpan::new(Token::RParen, span));
+        out.push(tokens[close].clone());
+        copied = close + 1;
+    }
+    out.extend_from_slice(&tokens[copied..]);
     out
 }
 
