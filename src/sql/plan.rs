@@ -231,6 +231,10 @@ impl<'a> Planner<'a> {
                 self.is_event_time(&a.input, &a.input.schema().columns()[index])
             }
             LogicalPlan::Filter(f) => self.is_event_time(&f.input, column),
+            // Columns an unnest does not unnest pass through under their names.
+            LogicalPlan::Unnest(u) => {
+                u.input.schema().has_column(column) && self.is_event_time(&u.input, column)
+            }
             _ => false,
         }
     }
@@ -1109,6 +1113,8 @@ impl<'a> Planner<'a> {
             LogicalPlan::Filter(f) => !slides(f) && self.is_append_only(&f.input),
             LogicalPlan::SubqueryAlias(a) => self.is_append_only(&a.input),
             LogicalPlan::Union(u) => u.inputs.iter().all(|i| self.is_append_only(i)),
+            // Each row's elements come and never go while the row stays.
+            LogicalPlan::Unnest(u) => self.is_append_only(&u.input),
             // A pair of rows that never leave never leaves either; an outer
             // join retracts its padded rows.
             // An as-of join retracts a pair when a closer partner comes.
