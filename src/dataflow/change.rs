@@ -9,6 +9,7 @@ use datafusion::arrow::compute::{
     filter, filter_record_batch, prep_null_mask_filter, take, take_record_batch,
 };
 use datafusion::arrow::datatypes::Int64Type;
+use datafusion::arrow::row::{RowConverter, Rows, SortField};
 use datafusion::physical_expr::PhysicalExpr;
 
 use crate::dataflow::errors::RowErrors;
@@ -22,6 +23,20 @@ pub fn evaluate_all(
     errors: &mut RowErrors,
 ) -> Result<Vec<ArrayRef>> {
     exprs.iter().map(|e| errors.evaluate(e, rows)).collect()
+}
+
+/// The values of `columns` of `batch`, row by row, in Arrow's row format
+/// (comparable as bytes); `None` for no columns.
+pub fn column_rows(batch: &RecordBatch, columns: &[usize]) -> Result<Option<Rows>> {
+    if columns.is_empty() {
+        return Ok(None);
+    }
+    let fields = columns
+        .iter()
+        .map(|c| SortField::new(batch.schema().field(*c).data_type().clone()))
+        .collect();
+    let arrays: Vec<ArrayRef> = columns.iter().map(|c| batch.column(*c).clone()).collect();
+    Ok(Some(RowConverter::new(fields)?.convert_columns(&arrays)?))
 }
 
 /// Rows with signed multiplicities: row i occurs `diffs[i]` more (+) or fewer (-) times.

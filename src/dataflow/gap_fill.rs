@@ -7,9 +7,9 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{SortColumn, cast, concat_batches, lexsort_to_indices, take};
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
-use datafusion::arrow::row::{RowConverter, SortField};
 
 use crate::catalog::micros;
+use crate::dataflow::change::column_rows;
 use crate::error::{Error, Result};
 
 /// Made-up rows one evaluation may add: a step of a second over a gap of
@@ -64,7 +64,7 @@ impl GapFill {
     fn made_rows(&self, rows: &RecordBatch) -> Result<Vec<Made>> {
         let times = micros(rows.column(self.time_column))?;
         let order = self.sorted(rows)?;
-        let keys = self.partition_keys(rows)?;
+        let keys = column_rows(rows, &self.partition)?;
         let mut made = Vec::new();
         for pair in order.values().windows(2) {
             let (before, after) = (pair[0], pair[1]);
@@ -107,23 +107,6 @@ impl GapFill {
             })
             .collect();
         Ok(lexsort_to_indices(&columns, None)?)
-    }
-
-    fn partition_keys(&self, rows: &RecordBatch) -> Result<Option<datafusion::arrow::row::Rows>> {
-        if self.partition.is_empty() {
-            return Ok(None);
-        }
-        let fields = self
-            .partition
-            .iter()
-            .map(|c| SortField::new(rows.schema().field(*c).data_type().clone()))
-            .collect();
-        let columns: Vec<ArrayRef> = self
-            .partition
-            .iter()
-            .map(|c| rows.column(*c).clone())
-            .collect();
-        Ok(Some(RowConverter::new(fields)?.convert_columns(&columns)?))
     }
 
     fn made_column(&self, rows: &RecordBatch, column: usize, made: &[Made]) -> Result<ArrayRef> {

@@ -11,12 +11,11 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{ArrayRef, Int16Array, Int64Array, RecordBatch, UInt32Array};
+use datafusion::arrow::array::{Int16Array, Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::take_arrays;
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::row::{RowConverter, Rows, SortField};
 
-use crate::dataflow::change::ChangeBatch;
+use crate::dataflow::change::{ChangeBatch, column_rows};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::Result;
 
@@ -35,19 +34,6 @@ pub struct Changelog {
 impl Changelog {
     pub fn new(key: Vec<usize>, schema: SchemaRef) -> Changelog {
         Changelog { key, schema }
-    }
-
-    fn keys(&self, rows: &RecordBatch) -> Result<Option<Rows>> {
-        if self.key.is_empty() {
-            return Ok(None);
-        }
-        let fields = self
-            .key
-            .iter()
-            .map(|c| SortField::new(rows.schema().field(*c).data_type().clone()))
-            .collect();
-        let columns: Vec<ArrayRef> = self.key.iter().map(|c| rows.column(*c).clone()).collect();
-        Ok(Some(RowConverter::new(fields)?.convert_columns(&columns)?))
     }
 }
 
@@ -68,7 +54,7 @@ impl Operator for Changelog {
     ) -> Result<()> {
         let rows = batch.rows();
         let diffs = batch.diffs().values();
-        let keys = self.keys(rows)?;
+        let keys = column_rows(rows, &self.key)?;
         let same_key = |i: usize, j: usize| keys.as_ref().is_none_or(|k| k.row(i) == k.row(j));
         let (mut at, mut ops, mut weights) = (Vec::new(), Vec::new(), Vec::new());
         let mut i = 0;

@@ -262,16 +262,7 @@ impl<'g> Pending<'g> {
         let current = self.current(db, &full)?;
         for ((key, full), old) in order.into_iter().zip(full).zip(current) {
             let new = last.remove(&key).flatten();
-            if old == new {
-                continue;
-            }
-            if let Some(old) = old {
-                self.record(target, &key, -1, old);
-            }
-            if let Some(new) = &new {
-                self.record(target, &key, 1, new.clone());
-            }
-            self.staged.rows.push((full, new));
+            self.replace(target, &key, full, old, new);
         }
         Ok(count)
     }
@@ -307,18 +298,31 @@ impl<'g> Pending<'g> {
         }
         for ((key, full), old) in order.into_iter().zip(full).zip(stored) {
             let new = now.remove(&key).flatten();
-            if old == new {
-                continue;
-            }
-            if let Some(old) = old {
-                self.record(target, &key, -1, old);
-            }
-            if let Some(new) = &new {
-                self.record(target, &key, 1, new.clone());
-            }
-            self.staged.rows.push((full, new));
+            self.replace(target, &key, full, old, new);
         }
         Ok(count)
+    }
+
+    /// Put `new` where `old` is under `key` (`None`: no row), logging the
+    /// change; nothing if they are the same.
+    fn replace(
+        &mut self,
+        target: &Target,
+        key: &[u8],
+        full: Vec<u8>,
+        old: Option<Vec<u8>>,
+        new: Option<Vec<u8>>,
+    ) {
+        if old == new {
+            return;
+        }
+        if let Some(old) = old {
+            self.record(target, key, -1, old);
+        }
+        if let Some(new) = &new {
+            self.record(target, key, 1, new.clone());
+        }
+        self.staged.rows.push((full, new));
     }
 
     /// Whether every key sorts after the table's last row, so none can exist:
