@@ -101,6 +101,12 @@ pub enum Error {
     /// More than weir makes in one go (PostgreSQL's program_limit_exceeded).
     #[error("{0}")]
     ProgramLimitExceeded(String),
+    /// A function of that name exists (PostgreSQL's duplicate_function).
+    #[error("{0}")]
+    DuplicateFunction(String),
+    /// No function of that name (PostgreSQL's undefined_function).
+    #[error("{0}")]
+    UndefinedFunction(String),
     /// A materialized view stopped on an error (`on_error = 'fail'`); its
     /// readers get the error's own SQLSTATE.
     #[error("{message}")]
@@ -229,6 +235,8 @@ impl Error {
             Error::Canceled | Error::StatementTimeout => "57014",
             Error::TooComplex(_) => "54001",
             Error::ProgramLimitExceeded(_) => "54000",
+            Error::DuplicateFunction(_) => "42723",
+            Error::UndefinedFunction(_) => "42883",
             Error::ViewFailed { sqlstate, .. } => sqlstate,
             Error::ShuttingDown => "57P01",
             Error::Config(_) => "F0000",

@@ -716,6 +716,42 @@ async fn a_view_is_durable_once_its_create_returns() {
     );
 }
 
+/// A SQL function lives in the catalog: after a restart it is callable,
+/// and the view that calls it plans again and keeps maintaining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_functions_and_the_views_calling_them_survive_a_restart() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE FUNCTION count_char(s varchar, c varchar) RETURNS int LANGUAGE SQL
+               AS $$SELECT LENGTH(s) - LENGTH(REPLACE(s, c, ''))$$;
+             CREATE TABLE notes (id INT PRIMARY KEY, body VARCHAR);
+             CREATE MATERIALIZED VIEW counted AS SELECT id, count_char(body, 'c') AS n FROM notes;
+             INSERT INTO notes VALUES (1, 'cc');
+             FLUSH;",
+        )
+        .await
+        .expect("setup");
+    drop(client);
+    server.kill();
+    server.restart();
+
+    let client = server.connect().await;
+    client
+        .batch_execute("INSERT INTO notes VALUES (2, 'ccc'); FLUSH;")
+        .await
+        .expect("insert after restart");
+    assert_eq!(
+        rows(&client, "SELECT id, n FROM counted ORDER BY id").await,
+        vec!["1|2".to_string(), "2|3".to_string()]
+    );
+    assert_eq!(
+        count(&client, "SELECT count_char('cxc', 'c')::bigint").await,
+        2
+    );
+}
+
 /// A keyless view of an append-only table stores its rows under changelog
 /// offsets; duplicates must survive as duplicates, and a restart in the
 /// middle of a backlog must neither lose nor repeat one.

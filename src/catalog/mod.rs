@@ -6,6 +6,7 @@
 mod acl;
 mod comment;
 mod connector;
+mod function;
 pub mod role;
 mod table;
 
@@ -24,6 +25,7 @@ pub use connector::{
     CONNECTORS, ConnectorDef, ConnectorKind, Encoding, Format, Include, Metadata, REDACTED,
     SinkDef, is_secret, redacted,
 };
+pub use function::FunctionDef;
 pub use role::{BOOTSTRAP_ROLE, RoleDef, Verifier};
 pub use table::{
     ColumnDef, ConflictAction, ConflictDef, Storage, Table, TableDef, WatermarkDef, micros,
@@ -303,6 +305,7 @@ struct Inner {
     subscriptions: BTreeMap<String, SubscriptionDef>,
     comments: BTreeMap<CommentKey, String>,
     sinks: BTreeMap<String, SinkDef>,
+    functions: BTreeMap<String, FunctionDef>,
     roles: BTreeMap<String, RoleDef>,
     /// Owners and grants, by relation id.
     acls: BTreeMap<u64, Acl>,
@@ -347,6 +350,13 @@ fn sink_key(name: &str) -> Vec<u8> {
 }
 
 const SINK_PREFIX: &[u8] = b"sink\x00";
+
+/// Where a SQL function's definition is kept in the catalog family.
+fn function_key(name: &str) -> Vec<u8> {
+    [FUNCTION_PREFIX, name.as_bytes()].concat()
+}
+
+const FUNCTION_PREFIX: &[u8] = b"function\x00";
 
 impl Catalog {
     /// Load every persisted object.
@@ -395,6 +405,15 @@ impl Catalog {
             let def: SinkDef = serde_json::from_slice(&value)
                 .map_err(|e| Error::Internal(format!("unreadable sink entry: {e}")))?;
             inner.sinks.insert(def.name.clone(), def);
+        }
+        for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), FUNCTION_PREFIX) {
+            let (key, value) = entry?;
+            if !key.starts_with(FUNCTION_PREFIX) {
+                break;
+            }
+            let def: FunctionDef = serde_json::from_slice(&value)
+                .map_err(|e| Error::Internal(format!("unreadable function entry: {e}")))?;
+            inner.functions.insert(def.name.clone(), def);
         }
         for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), ROLE_PREFIX) {
             let (key, value) = entry?;
@@ -713,6 +732,58 @@ impl Catalog {
             .delete_cf_opt(cf(&self.db, CF_CATALOG), role_key(name), &sync_write())?;
         inner.roles.remove(name);
         Ok(true)
+    }
+
+    /// Names of the views, materialized or not, whose query `calls` says
+    /// uses something.
+    pub fn views_calling(&self, calls: impl Fn(&str) -> bool) -> Vec<String> {
+        self.read()
+            .by_name
+            .values()
+            .filter_map(|object| match object {
+                Object::MaterializedView(v) if calls(&v.def.query) => Some(object_name(object)),
+                Object::View(v) if calls(&v.def.query) => Some(object_name(object)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn function(&self, name: &str) -> Option<FunctionDef> {
+        self.read().functions.get(name).cloned()
+    }
+
+    /// Every SQL function, in name order.
+    pub fn functions(&self) -> Vec<FunctionDef> {
+        self.read().functions.values().cloned().collect()
+    }
+
+    /// Add a SQL function; its name must be free among functions.
+    pub fn create_function(&self, def: FunctionDef) -> Result<()> {
+        let mut inner = self.write();
+        if inner.functions.contains_key(&def.name) {
+            return Err(Error::DuplicateFunction(format!(
+                "function \"{}\" already exists",
+                def.name
+            )));
+        }
+        let json = serde_json::to_vec(&def)
+            .map_err(|e| Error::Internal(format!("cannot serialise function: {e}")))?;
+        self.db.put_cf_opt(
+            cf(&self.db, CF_CATALOG),
+            function_key(&def.name),
+            json,
+            &sync_write(),
+        )?;
+        inner.functions.insert(def.name.clone(), def);
+        Ok(())
+    }
+
+    pub fn drop_function(&self, name: &str) -> Result<()> {
+        let mut inner = self.write();
+        self.db
+            .delete_cf_opt(cf(&self.db, CF_CATALOG), function_key(name), &sync_write())?;
+        inner.functions.remove(name);
+        Ok(())
     }
 
     pub fn sink(&self, name: &str) -> Option<SinkDef> {

@@ -257,6 +257,15 @@ impl Engine {
     }
 
     /// A DataFusion state for one statement; `now()` is the engine clock's time.
+    /// Make a SQL function callable from now on.
+    pub fn register_function(&self, udf: datafusion::logical_expr::ScalarUDF) {
+        self.ctx.register_udf(udf);
+    }
+
+    pub fn deregister_function(&self, name: &str) {
+        self.ctx.deregister_udf(name);
+    }
+
     pub fn state(&self) -> SessionState {
         let mut state = self.ctx.state();
         if self.clock.is_manual() {
@@ -332,6 +341,10 @@ fn session_context(
     ctx.register_udf(ScalarUDF::new_from_impl(Version::default()));
     for function in crate::sql::make_time::functions() {
         ctx.register_udf(function);
+    }
+    // Before any view is planned again: their queries may call them.
+    for def in catalog.functions() {
+        ctx.register_udf(crate::sql::sql_function::udf(&ctx.state(), &def)?);
     }
     // DataFusion's functions of these names go with their aliases, which a
     // rebuilt state would otherwise register again over ours.

@@ -22,6 +22,7 @@ pub mod plan;
 pub mod provider;
 pub mod rounding;
 pub mod rules;
+pub mod sql_function;
 pub mod template;
 pub mod temporal;
 pub mod text;

@@ -109,6 +109,16 @@ pub enum Statement {
     },
     /// `CREATE SINK s FROM v WITH (connector = ...) FORMAT ... ENCODE ...`.
     CreateSink(CreateSink),
+    /// `CREATE FUNCTION f(...) RETURNS t LANGUAGE SQL AS ...`.
+    CreateFunction {
+        create: Box<ast::CreateFunction>,
+        text: String,
+    },
+    /// `DROP FUNCTION [IF EXISTS] f [(types)]`.
+    DropFunction {
+        name: String,
+        if_exists: bool,
+    },
     /// `COMMENT ON ... IS ...`.
     Comment(Comment),
     /// `GRANT` or `REVOKE` on relations.
@@ -282,6 +292,10 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         }
         ["CREATE", "SOURCE", ..] => connector::create_source(tokens).map(Statement::CreateTable),
         ["CREATE", "SINK", ..] => connector::create_sink(&tokens),
+        ["CREATE", "FUNCTION", ..] | ["CREATE", "OR", "REPLACE", "FUNCTION", ..] => {
+            create_function(&tokens)
+        }
+        ["DROP", "FUNCTION", ..] => drop_function(&tokens),
         ["CREATE", "OR", "REPLACE", ..] => Ok(Statement::Unsupported(format!(
             "{} is not supported yet",
             words[..w.len().min(3)].join(" ")
@@ -323,6 +337,33 @@ fn sqlparser_one(tokens: Vec<TokenWithSpan>) -> Result<ast::Statement> {
     expect_end(&parser)?;
     fix_distinct_from(&mut statement);
     Ok(statement)
+}
+
+fn create_function(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    match sqlparser_one(tokens.to_vec())? {
+        ast::Statement::CreateFunction(create) => Ok(Statement::CreateFunction {
+            create: Box::new(create),
+            text: text_of(tokens),
+        }),
+        _ => Err(Error::Internal(
+            "CREATE FUNCTION parsed as another statement".into(),
+        )),
+    }
+}
+
+/// `DROP FUNCTION [IF EXISTS] f [(types)]`: functions are not overloaded,
+/// so the types, if given, are only read past.
+fn drop_function(tokens: &[TokenWithSpan]) -> Result<Statement> {
+    use sqlparser::keywords::Keyword;
+    let mut parser = parser_after(tokens, 2);
+    let if_exists = parser.parse_keywords(&[Keyword::IF, Keyword::EXISTS]);
+    let name = object_name(&parser.parse_object_name(false)?)?;
+    if parser.consume_token(&Token::LParen) && !parser.consume_token(&Token::RParen) {
+        parser.parse_comma_separated(|p| p.parse_data_type())?;
+        parser.expect_token(&Token::RParen)?;
+    }
+    expect_end(&parser)?;
+    Ok(Statement::DropFunction { name, if_exists })
 }
 
 /// A stored view query, parsed again at start.

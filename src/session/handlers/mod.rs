@@ -7,6 +7,7 @@ pub mod copy;
 pub mod create_mv;
 mod csv;
 pub mod ddl;
+pub mod function;
 mod grant;
 pub mod insert;
 mod maintenance;
@@ -52,6 +53,12 @@ pub async fn dispatch(
                 privileges::check_owner(engine, &session.user, name)?;
             }
             ddl::drop(engine, session, drop).await
+        }
+        Statement::CreateFunction { create, text } => {
+            function::create(engine, session, &create, &text)
+        }
+        Statement::DropFunction { name, if_exists } => {
+            function::drop(engine, session, &name, if_exists)
         }
         Statement::CreateSink(create) => {
             privileges::check_create(engine, &session.user)?;
@@ -283,6 +290,8 @@ pub async fn describe(
         | Statement::Close(_)
         | Statement::CreateSubscription { .. }
         | Statement::CreateSink(_)
+        | Statement::CreateFunction { .. }
+        | Statement::DropFunction { .. }
         | Statement::Comment(_)
         | Statement::Grant(_)
         | Statement::CreateRole(_)
