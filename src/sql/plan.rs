@@ -605,9 +605,20 @@ impl<'a> Planner<'a> {
             return Ok(node);
         }
         let input = self.node(&w.input)?;
+        self.window_over(w, &w.window_expr, arrow_schema(plan), input)
+    }
+
+    /// The `Over` operator evaluating `exprs` over `w`'s input, partitioned
+    /// as `w`'s own expressions are, fed by `input`.
+    fn window_over(
+        &mut self,
+        w: &datafusion::logical_expr::Window,
+        exprs: &[Expr],
+        output: SchemaRef,
+        input: usize,
+    ) -> Result<usize> {
         let schema = w.input.schema();
-        let exprs = w
-            .window_expr
+        let exprs = exprs
             .iter()
             .map(|e| self.window_expr(e, schema))
             .collect::<Result<Vec<_>>>()?;
@@ -618,7 +629,7 @@ impl<'a> Planner<'a> {
         let op = Over::new(
             partition,
             arrow_schema(&w.input),
-            arrow_schema(plan),
+            output,
             Evaluate::Window(exprs),
         )?;
         Ok(self.push(Box::new(op), vec![input]))

@@ -106,10 +106,14 @@ impl Operator for Hold {
     ) -> Result<()> {
         let rows = batch.rows();
         let raw = crate::catalog::micros(rows.column(self.column))?;
-        let times: Int64Array = raw
-            .iter()
-            .map(|t| t.map(|t| t.saturating_add(self.offset)))
-            .collect();
+        // Most holds wait for the row's own time: no copy then.
+        let times: Int64Array = match self.offset {
+            0 => raw.clone(),
+            offset => raw
+                .iter()
+                .map(|t| t.map(|t| t.saturating_add(offset)))
+                .collect(),
+        };
         let encoded = self.rows.convert_columns(rows.columns())?;
         let mut now: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
         let mut late = Vec::new();

@@ -32,7 +32,6 @@ use datafusion::physical_expr::expressions::{Column as PhysicalColumn, IsNotNull
 
 use super::{Planner, arrow_schema, column_exprs, groups_anywhere, shared_partition};
 use crate::catalog::nullable;
-use crate::dataflow::operators::over::{Evaluate, Over};
 use crate::dataflow::operators::{Filter, Hold, Project};
 use crate::dataflow::window::WINDOW_END;
 use crate::error::{Error, Result};
@@ -75,23 +74,8 @@ impl Planner<'_> {
                 exprs.push(lead_marker(expr, *k)?);
             }
         }
-        let schema = w.input.schema();
         let output = widened(plan, exprs.len() - w.window_expr.len());
-        let window = exprs
-            .iter()
-            .map(|e| self.window_expr(e, schema))
-            .collect::<Result<Vec<_>>>()?;
-        let partition = shared_partition(&w.window_expr)
-            .iter()
-            .map(|e| self.expr(e, schema))
-            .collect::<Result<Vec<_>>>()?;
-        let over = Over::new(
-            partition,
-            arrow_schema(&w.input),
-            output.clone(),
-            Evaluate::Window(window),
-        )?;
-        let mut node = self.push(Box::new(over), vec![input]);
+        let mut node = self.window_over(w, &exprs, output.clone(), input)?;
         let shown = plan.schema().fields().len();
         for marker in shown..output.fields().len() {
             let column = PhysicalColumn::new(output.field(marker).name(), marker);
