@@ -1319,3 +1319,78 @@ async fn explain_analyze_counts_each_operators_rows_and_state() {
 async fn lines_of(client: &tokio_postgres::Client, sql: &str) -> String {
     common::text_rows(client, sql).await.join("\n")
 }
+
+/// An index trails its table by the epoch it has not read yet; a read
+/// through it applies the table's later changes, so it sees every write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_through_a_trailing_index_see_every_write() {
+    let server = TestServer::start_with(&["--barrier-interval-ms".into(), "3600000".into()]);
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE p (id INT PRIMARY KEY, city VARCHAR);
+             INSERT INTO p VALUES (1, 'oslo'), (2, 'rome');
+             CREATE INDEX p_city ON p (city);
+             INSERT INTO p VALUES (3, 'oslo');
+             UPDATE p SET city = 'lima' WHERE id = 1;",
+        )
+        .await
+        .expect("setup");
+    let plan = rows(&client, "EXPLAIN SELECT id FROM p WHERE city = 'oslo'")
+        .await
+        .join("\n");
+    assert!(plan.contains("IndexScan: index=p_city on p"), "{plan}");
+    let trailing = count(
+        &client,
+        "SELECT count(*) FROM p WHERE city IN ('lima', 'oslo')",
+    )
+    .await;
+    assert_eq!(trailing, 2);
+    assert_eq!(
+        rows(&client, "SELECT id FROM p WHERE city = 'oslo'").await,
+        vec!["3".to_string()]
+    );
+    assert_eq!(
+        rows(&client, "SELECT id FROM p WHERE city = 'lima'").await,
+        vec!["1".to_string()]
+    );
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert_eq!(
+        rows(&client, "SELECT id FROM p WHERE city = 'oslo'").await,
+        vec!["3".to_string()]
+    );
+}
+
+/// A renamed table is read under its new name by the views that read it,
+/// also once they are planned again at a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn views_of_a_renamed_table_survive_a_restart() {
+    let mut server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE t (id INT PRIMARY KEY, v INT);
+             CREATE MATERIALIZED VIEW s AS SELECT sum(t.v) AS total FROM t;
+             CREATE INDEX t_v ON t (v);
+             INSERT INTO t VALUES (1, 10);
+             ALTER TABLE t RENAME TO items;
+             ALTER MATERIALIZED VIEW s RENAME TO sums;
+             FLUSH;",
+        )
+        .await
+        .expect("setup");
+    drop(client);
+    server.kill();
+    server.restart();
+
+    let client = server.connect().await;
+    client
+        .batch_execute("INSERT INTO items VALUES (2, 20); FLUSH;")
+        .await
+        .expect("insert after restart");
+    assert_eq!(count(&client, "SELECT total FROM sums").await, 30);
+    assert_eq!(
+        count(&client, "SELECT id::bigint FROM items WHERE v = 20").await,
+        2
+    );
+}

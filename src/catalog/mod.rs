@@ -101,6 +101,23 @@ pub struct ViewDef {
     /// What it does when an expression fails on a row.
     #[serde(default)]
     pub on_error: OnError,
+    /// `CREATE INDEX`: the view is an index of the relation it reads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<IndexDef>,
+}
+
+/// An index (`CREATE INDEX i ON t (a, b) [INCLUDE (c)]`): a view of `t`'s
+/// rows kept by `(a, b, t's key)`, so that rows with given `a` are one
+/// RocksDB range. Its columns are the key columns first, then the rest it
+/// covers in `t`'s order, each named as in `t`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// The relation indexed.
+    pub on: u64,
+    /// How many of the index's first columns are its key.
+    pub key_columns: usize,
+    /// `INCLUDE (...)` was given: the index covers only the columns it names.
+    pub partial_cover: bool,
 }
 
 /// What a view does when an expression fails on a row.
@@ -174,6 +191,14 @@ impl ObjectDef {
         &self.table_def().name
     }
 
+    pub fn table_def_mut(&mut self) -> &mut TableDef {
+        match self {
+            ObjectDef::Table(t) => t,
+            ObjectDef::MaterializedView(v) => &mut v.table,
+            ObjectDef::View(v) => &mut v.table,
+        }
+    }
+
     fn table_def(&self) -> &TableDef {
         match self {
             ObjectDef::Table(t) => t,
@@ -213,6 +238,7 @@ pub enum ObjectKind {
     View,
     Sink,
     Subscription,
+    Index,
 }
 
 impl ObjectKind {
@@ -224,6 +250,15 @@ impl ObjectKind {
             ObjectKind::View => "view",
             ObjectKind::Sink => "sink",
             ObjectKind::Subscription => "subscription",
+            ObjectKind::Index => "index",
+        }
+    }
+
+    /// The noun with its article: "a table", "an index".
+    pub fn a(self) -> String {
+        match self {
+            ObjectKind::Index => "an index".into(),
+            other => format!("a {}", other.noun()),
         }
     }
 }
@@ -264,6 +299,7 @@ impl Object {
         match self {
             Object::Table(t) if t.def.is_source() => ObjectKind::Source,
             Object::Table(_) => ObjectKind::Table,
+            Object::MaterializedView(v) if v.def.index.is_some() => ObjectKind::Index,
             Object::MaterializedView(_) => ObjectKind::MaterializedView,
             Object::View(_) => ObjectKind::View,
         }
@@ -466,8 +502,23 @@ impl Catalog {
     pub fn relation(&self, name: &str) -> Option<Arc<Table>> {
         match self.get(name)? {
             Object::View(_) => None,
+            Object::MaterializedView(v) if v.def.index.is_some() => None,
             stored => Some(stored.table().clone()),
         }
+    }
+
+    /// The indexes of the relation with this id, in name order.
+    pub fn indexes_on(&self, id: u64) -> Vec<Arc<View>> {
+        self.read()
+            .by_name
+            .values()
+            .filter_map(|o| match o {
+                Object::MaterializedView(v) if v.def.index.as_ref().is_some_and(|i| i.on == id) => {
+                    Some(v.clone())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn view(&self, name: &str) -> Option<Arc<View>> {
@@ -543,6 +594,32 @@ impl Catalog {
         )?;
         inner.by_name.insert(def.name().to_string(), object.clone());
         Ok(object)
+    }
+
+    /// Store new definitions of existing objects, by id, in one write; an
+    /// object whose name changed is found under its new name from then on.
+    pub fn replace(&self, defs: Vec<ObjectDef>) -> Result<()> {
+        let built: Vec<Object> = defs.iter().cloned().map(build).collect::<Result<_>>()?;
+        let mut inner = self.write();
+        for def in &defs {
+            if let Some(holder) = inner.by_name.get(def.name())
+                && holder.id() != def.id()
+            {
+                return Err(Error::DuplicateTable(def.name().to_string()));
+            }
+        }
+        let mut batch = WriteBatch::default();
+        for def in &defs {
+            let json = serde_json::to_vec(def)
+                .map_err(|e| Error::Internal(format!("cannot serialise catalog entry: {e}")))?;
+            batch.put_cf(cf(&self.db, CF_CATALOG), keys::object_key(def.id()), json);
+        }
+        self.db.write_opt(batch, &sync_write())?;
+        for object in built {
+            inner.by_name.retain(|_, o| o.id() != object.id());
+            inner.by_name.insert(object_name(&object), object);
+        }
+        Ok(())
     }
 
     pub fn subscription(&self, name: &str) -> Option<SubscriptionDef> {
@@ -817,6 +894,32 @@ impl Catalog {
     }
 
     /// Remove a sink and its progress.
+    /// Give a sink another name, and the definition that says it.
+    pub fn rename_sink(&self, name: &str, to: &str, definition: String) -> Result<()> {
+        let mut inner = self.write();
+        if inner.sinks.contains_key(to) {
+            return Err(Error::DuplicateObject(format!(
+                "sink \"{to}\" already exists"
+            )));
+        }
+        let Some(mut def) = inner.sinks.get(name).cloned() else {
+            return Err(Error::UndefinedObject(format!(
+                "sink \"{name}\" does not exist"
+            )));
+        };
+        def.name = to.to_string();
+        def.definition = definition;
+        let json = serde_json::to_vec(&def)
+            .map_err(|e| Error::Internal(format!("cannot serialise sink: {e}")))?;
+        let mut batch = WriteBatch::default();
+        batch.delete_cf(cf(&self.db, CF_CATALOG), sink_key(name));
+        batch.put_cf(cf(&self.db, CF_CATALOG), sink_key(to), json);
+        self.db.write_opt(batch, &sync_write())?;
+        inner.sinks.remove(name);
+        inner.sinks.insert(to.to_string(), def);
+        Ok(())
+    }
+
     pub fn drop_sink(&self, name: &str) -> Result<()> {
         let mut inner = self.write();
         let mut batch = WriteBatch::default();

@@ -314,6 +314,10 @@ impl TableDef {
         self.storage == Storage::MultisetView
     }
 
+    pub fn column_names(&self) -> Vec<&str> {
+        self.columns.iter().map(|c| c.name.as_str()).collect()
+    }
+
     pub fn is_keyed(&self) -> bool {
         !self.primary_key.is_empty()
     }

@@ -6,6 +6,7 @@ pub mod clock;
 pub mod errors;
 pub mod gap_fill;
 pub mod graph;
+pub mod index_read;
 pub mod late;
 pub mod node;
 pub mod operator;

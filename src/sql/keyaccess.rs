@@ -50,7 +50,47 @@ pub fn plan(table: &Table, filters: &[Expr]) -> datafusion::error::Result<KeyAcc
     if let Some(points) = points(table, &found) {
         return Ok(KeyAccess::Points(points));
     }
-    Ok(range(table, &found).unwrap_or(FULL))
+    Ok(range(table, &table.def.primary_key, &found).unwrap_or(FULL))
+}
+
+/// The columns an index's stored key starts with: its key columns, or for
+/// an index kept as a multiset, which is keyed by whole rows, every column.
+fn index_key(index: &Table) -> Vec<usize> {
+    if index.def.is_keyed() {
+        index.def.primary_key.clone()
+    } else {
+        (0..index.def.columns.len()).collect()
+    }
+}
+
+/// Whether a filter narrows a read through `index`: it bounds its first column.
+pub fn usable_on_index(index: &Table, filter: &Expr) -> bool {
+    let first = &index.def.columns[0].name;
+    constraint(filter).is_some_and(|(column, _)| column == *first)
+}
+
+/// The range of `index`'s keys the filters leave, or `None` when they leave
+/// all of it.
+pub fn plan_index(index: &Table, filters: &[Expr]) -> Option<KeyAccess> {
+    let found: Vec<(String, Bound)> = filters.iter().filter_map(constraint).collect();
+    match range(index, &index_key(index), &found)? {
+        KeyAccess::Range {
+            lower: None,
+            upper: None,
+        } => None,
+        narrowed => Some(narrowed),
+    }
+}
+
+/// Whether an access path reads the whole table.
+pub fn is_full(access: &KeyAccess) -> bool {
+    matches!(
+        access,
+        KeyAccess::Range {
+            lower: None,
+            upper: None
+        }
+    )
 }
 
 #[derive(Debug, Clone)]
@@ -171,22 +211,31 @@ fn points(table: &Table, found: &[(String, Bound)]) -> Option<Vec<Vec<u8>>> {
     Some(rows.iter().map(|r| r.data().to_vec()).collect())
 }
 
-/// A range over the first key column.
-fn range(table: &Table, found: &[(String, Bound)]) -> Option<KeyAccess> {
-    let first = *table.def.primary_key.first()?;
-    let name = &table.def.columns[first].name;
-    let data_type = table.schema.field(first).data_type().clone();
-    let encode = |value: &ScalarValue| -> Option<Vec<u8>> {
-        let array = value.cast_to(&data_type).ok()?.to_array().ok()?;
-        let converter = datafusion::arrow::row::RowConverter::new(vec![
-            datafusion::arrow::row::SortField::new(data_type.clone()),
-        ])
-        .ok()?;
-        let rows = converter.convert_columns(&[array]).ok()?;
-        Some(rows.row(0).data().to_vec())
+/// A range over the key columns `key`: equalities on its leading columns
+/// make a prefix, and bounds on the column after them narrow it further.
+fn range(table: &Table, key: &[usize], found: &[(String, Bound)]) -> Option<KeyAccess> {
+    let name = |i: usize| table.def.columns[i].name.as_str();
+    let data_type = |i: usize| table.schema.field(i).data_type().clone();
+    let mut pinned: Vec<ScalarValue> = Vec::new();
+    for column in key {
+        let value = found.iter().find_map(|(c, bound)| match bound {
+            Bound::Eq(values) if c == name(*column) && values.len() == 1 => Some(&values[0]),
+            _ => None,
+        });
+        let Some(value) = value else { break };
+        pinned.push(value.cast_to(&data_type(*column)).ok()?);
+    }
+    let prefix = encode(&pinned)?;
+    let mut lower = (!prefix.is_empty()).then(|| prefix.clone());
+    let mut upper = (!prefix.is_empty()).then(|| keys::prefix_end(&prefix));
+    let Some(next) = key.get(pinned.len()) else {
+        return Some(KeyAccess::Range { lower, upper });
     };
-    let mut lower: Option<Vec<u8>> = None;
-    let mut upper: Option<Vec<u8>> = None;
+    let next_type = data_type(*next);
+    let at = |value: &ScalarValue| -> Option<Vec<u8>> {
+        let cast = value.cast_to(&next_type).ok()?;
+        Some([prefix.as_slice(), &encode(&[cast])?].concat())
+    };
     let tighten_lower = |lower: &mut Option<Vec<u8>>, candidate: Vec<u8>| {
         if lower.as_ref().is_none_or(|l| candidate > *l) {
             *lower = Some(candidate);
@@ -197,41 +246,56 @@ fn range(table: &Table, found: &[(String, Bound)]) -> Option<KeyAccess> {
             *upper = Some(candidate);
         }
     };
-    for (_, bound) in found.iter().filter(|(c, _)| c == name) {
+    for (_, bound) in found.iter().filter(|(c, _)| c == name(*next)) {
         match bound {
             Bound::Eq(values) if values.len() == 1 => {
-                let key = encode(&values[0])?;
+                let key = at(&values[0])?;
                 tighten_upper(&mut upper, keys::prefix_end(&key));
                 tighten_lower(&mut lower, key);
             }
             Bound::Eq(_) => {}
             Bound::Lower { value, inclusive } => {
-                let key = encode(value)?;
-                tighten_lower(
-                    &mut lower,
-                    if *inclusive {
-                        key
-                    } else {
-                        keys::prefix_end(&key)
-                    },
-                );
+                let key = at(value)?;
+                let key = if *inclusive {
+                    key
+                } else {
+                    keys::prefix_end(&key)
+                };
+                tighten_lower(&mut lower, key);
             }
             Bound::Upper { value, inclusive } => {
-                let key = encode(value)?;
-                tighten_upper(
-                    &mut upper,
-                    if *inclusive {
-                        keys::prefix_end(&key)
-                    } else {
-                        key
-                    },
-                );
+                let key = at(value)?;
+                let key = if *inclusive {
+                    keys::prefix_end(&key)
+                } else {
+                    key
+                };
+                tighten_upper(&mut upper, key);
             }
             Bound::Between(lo, hi) => {
-                tighten_lower(&mut lower, encode(lo)?);
-                tighten_upper(&mut upper, keys::prefix_end(&encode(hi)?));
+                tighten_lower(&mut lower, at(lo)?);
+                tighten_upper(&mut upper, keys::prefix_end(&at(hi)?));
             }
         }
     }
     Some(KeyAccess::Range { lower, upper })
+}
+
+/// Values in Arrow's row format, one column each: the bytes a key made of
+/// those columns starts with.
+fn encode(values: &[ScalarValue]) -> Option<Vec<u8>> {
+    if values.is_empty() {
+        return Some(Vec::new());
+    }
+    let fields = values
+        .iter()
+        .map(|v| datafusion::arrow::row::SortField::new(v.data_type()))
+        .collect();
+    let converter = datafusion::arrow::row::RowConverter::new(fields).ok()?;
+    let arrays: Vec<ArrayRef> = values
+        .iter()
+        .map(|v| v.to_array().ok())
+        .collect::<Option<_>>()?;
+    let rows = converter.convert_columns(&arrays).ok()?;
+    Some(rows.row(0).data().to_vec())
 }

@@ -24,6 +24,7 @@ mod explain;
 mod fetch;
 mod frames;
 mod grant;
+mod index;
 mod nulls;
 mod precedence;
 mod role;
@@ -138,7 +139,15 @@ pub enum Statement {
     Vacuum(Vec<String>),
     /// Recognised, but not built yet.
     Unsupported(String),
+    /// `CREATE INDEX [name] ON relation (columns) [INCLUDE (columns)]`.
+    CreateIndex(index::CreateIndex),
+    /// `ALTER TABLE | MATERIALIZED VIEW | VIEW | INDEX | SOURCE | SINK name RENAME TO new`.
+    Rename(index::Rename),
+    /// `SHOW INDEXES [FROM relation]`.
+    ShowIndexes(Option<String>),
 }
+
+pub use index::{CreateIndex, Rename};
 
 #[derive(Debug, Clone)]
 pub struct CreateTable {
@@ -303,6 +312,8 @@ fn parse_one(tokens: Vec<TokenWithSpan>) -> Result<Statement> {
         ["GRANT" | "REVOKE", ..] => grant::grant(tokens),
         ["CREATE", "ROLE" | "USER", ..] => role::create(tokens),
         ["ALTER", "ROLE" | "USER", ..] => role::alter(tokens),
+        ["ALTER", ..] => index::alter(&tokens, &w),
+        ["CREATE", "INDEX", ..] | ["CREATE", "UNIQUE", "INDEX", ..] => index::create_index(tokens),
         ["DROP", "ROLE" | "USER", ..] => role::drop(&tokens),
         ["DROP", ..] => drop(&tokens).map(Statement::Drop),
         ["COMMENT", "ON", ..] => comment::comment(tokens),
@@ -423,6 +434,7 @@ fn show(rest: &[&str], tokens: &[TokenWithSpan]) -> Statement {
         ["VIEWS", ..] => Statement::Show(ObjectKind::View),
         ["SINKS", ..] => Statement::Show(ObjectKind::Sink),
         ["MATERIALIZED", "VIEWS", ..] => Statement::Show(ObjectKind::MaterializedView),
+        ["INDEXES", ..] => index::show_indexes(tokens),
         ["LATE", "EVENTS", ..] => Statement::ShowLateEvents,
         _ => {
             let name = tokens
@@ -446,9 +458,11 @@ fn show_create(tokens: &[TokenWithSpan]) -> Result<Statement> {
         Some("SINK") => (ObjectKind::Sink, 3),
         Some("VIEW") => (ObjectKind::View, 3),
         Some("MATERIALIZED") => (ObjectKind::MaterializedView, 4),
+        Some("INDEX") => (ObjectKind::Index, 3),
         _ => {
             return Err(Error::Syntax(
-                "expected SHOW CREATE TABLE | MATERIALIZED VIEW | VIEW | SOURCE | SINK name".into(),
+                "expected SHOW CREATE TABLE | MATERIALIZED VIEW | VIEW | INDEX | SOURCE | SINK name"
+                    .into(),
             ));
         }
     };
@@ -521,6 +535,10 @@ fn drop(tokens: &[TokenWithSpan]) -> Result<Drop> {
         Some("SINK") => (ObjectKind::Sink, 2),
         Some("VIEW") => (ObjectKind::View, 2),
         Some("SUBSCRIPTION") => (ObjectKind::Subscription, 2),
+        Some("INDEX") if words.get(2).map(String::as_str) == Some("CONCURRENTLY") => {
+            (ObjectKind::Index, 3)
+        }
+        Some("INDEX") => (ObjectKind::Index, 2),
         Some("MATERIALIZED") if words.get(2).map(String::as_str) == Some("VIEW") => {
             (ObjectKind::MaterializedView, 3)
         }

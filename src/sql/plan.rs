@@ -762,10 +762,17 @@ impl<'a> Planner<'a> {
                 ));
             }
             let stream = self.node(&j.left)?;
+            let indexes = self
+                .catalog
+                .indexes_on(table.def.id)
+                .iter()
+                .map(|index| crate::dataflow::index_read::IndexRead::new(table.clone(), index))
+                .collect();
             let lookup = Lookup {
                 table,
                 steps,
                 keys: right.keys,
+                indexes,
             };
             let stream_schema = left.schema.clone();
             let mut op = LookupJoin::new(left, lookup, residual, arrow_schema(plan), left_outer)?;

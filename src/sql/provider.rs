@@ -19,12 +19,14 @@ use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 
-use crate::catalog::{Catalog, Table};
+use crate::catalog::{Catalog, ObjectKind, Table};
 use crate::dataflow::errors::Failures;
+use crate::dataflow::index_read::{IndexRead, KeyRange};
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Error;
 use crate::log::embedded;
 use crate::sql::keyaccess::{self, KeyAccess};
+use crate::sql::labelled::Labelled;
 use crate::sql::write;
 use crate::state::{CF_ROWS, ReadView, Store, keys};
 
@@ -106,6 +108,7 @@ impl SchemaProvider for WeirSchema {
         self.catalog
             .objects()
             .iter()
+            .filter(|o| o.kind() != ObjectKind::Index)
             .map(|o| o.def().name().to_string())
             .filter(|name| !crate::catalog::is_system(name))
             .collect()
@@ -115,9 +118,15 @@ impl SchemaProvider for WeirSchema {
         if let Some(view) = self.catalog.logical_view(name) {
             return self.view_table(&view).await.map(Some);
         }
+        if self.catalog.get(name).map(|o| o.kind()) == Some(ObjectKind::Index) {
+            // As in PostgreSQL: an index is read through its table.
+            return Err(Error::WrongObjectType(format!("\"{name}\" is an index")).into());
+        }
         Ok(self.catalog.relation(name).map(|table| {
+            let indexes = self.catalog.indexes_on(table.def.id);
             let source = TableSource::new(table, self.store.clone(), self.writer.clone())
-                .with_failures(self.failures.clone());
+                .with_failures(self.failures.clone())
+                .with_indexes(&indexes);
             Arc::new(source) as Arc<dyn TableProvider>
         }))
     }
@@ -136,6 +145,8 @@ pub struct TableSource {
     constraints: Constraints,
     /// Views that stopped: reading one returns its error.
     failures: Option<Failures>,
+    /// The table's indexes, which a scan reads when its filters bound one.
+    indexes: Vec<IndexRead>,
 }
 
 impl TableSource {
@@ -151,7 +162,46 @@ impl TableSource {
             writer,
             constraints,
             failures: None,
+            indexes: Vec::new(),
         }
+    }
+
+    pub fn with_indexes(mut self, indexes: &[Arc<crate::catalog::View>]) -> Self {
+        self.indexes = indexes
+            .iter()
+            .map(|index| IndexRead::new(self.table.clone(), index))
+            .collect();
+        self
+    }
+
+    /// An index whose key the filters bound and which holds the columns
+    /// the scan wants, readable exactly in this snapshot, with its range.
+    fn index_for(
+        &self,
+        view: &ReadView,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+    ) -> crate::Result<Option<(IndexRead, KeyRange)>> {
+        let all: Vec<usize> = (0..self.table.def.columns.len()).collect();
+        let wanted = projection.unwrap_or(&all);
+        for read in &self.indexes {
+            let failed = self
+                .failures
+                .as_ref()
+                .is_some_and(|f| f.get(read.index.def.id).is_some());
+            if failed || !read.covers(wanted) {
+                continue;
+            }
+            let Some(KeyAccess::Range { lower, upper }) =
+                keyaccess::plan_index(&read.index, filters)
+            else {
+                continue;
+            };
+            if read.usable(view)? {
+                return Ok(Some((read.clone(), (lower, upper))));
+            }
+        }
+        Ok(None)
     }
 
     pub fn with_failures(mut self, failures: Failures) -> Self {
@@ -211,7 +261,11 @@ impl TableProvider for TableSource {
         Ok(filters
             .iter()
             .map(|f| {
-                if keyaccess::usable(&self.table, f) {
+                let on_index = self
+                    .indexes
+                    .iter()
+                    .any(|i| keyaccess::usable_on_index(&i.index, f));
+                if keyaccess::usable(&self.table, f) || on_index {
                     TableProviderFilterPushDown::Inexact
                 } else {
                     TableProviderFilterPushDown::Unsupported
@@ -230,6 +284,18 @@ impl TableProvider for TableSource {
         self.check_running()?;
         let view = statement_view(state, &self.store);
         let schema = self.table.schema.clone();
+        let by_key = !self.table.def.contents_in_log()
+            && !keyaccess::is_full(&keyaccess::plan(&self.table, filters)?);
+        if !by_key && let Some((read, range)) = self.index_for(&view, projection, filters)? {
+            let label = format!(
+                "IndexScan: index={} on {}",
+                read.index.def.name, self.table.def.name
+            );
+            let scan = Arc::new(IndexScan { read, view, range });
+            let exec =
+                StreamingTableExec::try_new(schema, vec![scan], projection, vec![], false, limit)?;
+            return Ok(Arc::new(Labelled::new(Arc::new(exec), label)));
+        }
         let partitions: Vec<Arc<dyn PartitionStream>> = if self.table.def.contents_in_log() {
             (0..self.table.def.partitions)
                 .map(|p| {
@@ -322,14 +388,7 @@ fn read_rows(
             Ok(())
         }
         KeyAccess::Range { lower, upper } => {
-            let lower = match lower {
-                Some(k) => keys::row_key(id, k),
-                None => keys::table_prefix(id),
-            };
-            let upper = match upper {
-                Some(k) => keys::row_key(id, k),
-                None => keys::prefix_end(&keys::table_prefix(id)),
-            };
+            let (lower, upper) = keys::row_range(id, lower.as_deref(), upper.as_deref());
             let mut pending: Vec<Vec<u8>> = Vec::with_capacity(BATCH_ROWS);
             let mut open = true;
             view.scan(CF_ROWS, lower, upper, |_, value| {
@@ -345,6 +404,29 @@ fn read_rows(
             }
             Ok(())
         }
+    }
+}
+
+/// Reads a relation's rows through one of its indexes.
+#[derive(Debug)]
+struct IndexScan {
+    read: IndexRead,
+    view: Arc<ReadView>,
+    range: KeyRange,
+}
+
+impl PartitionStream for IndexScan {
+    fn schema(&self) -> &SchemaRef {
+        &self.read.base.schema
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let read = self.read.clone();
+        let view = self.view.clone();
+        let range = self.range.clone();
+        spawn_reader(self.read.base.schema.clone(), move |emit| {
+            read.read(&view, std::slice::from_ref(&range), emit)
+        })
     }
 }
 

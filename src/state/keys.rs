@@ -18,6 +18,20 @@ pub fn row_key(table: u64, key: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `rows` family: the keys of a table's rows from `lower` (inclusive) to
+/// `upper` (exclusive), encoded keys without the table prefix; `None` is open.
+pub fn row_range(table: u64, lower: Option<&[u8]>, upper: Option<&[u8]>) -> (Vec<u8>, Vec<u8>) {
+    let lower = match lower {
+        Some(k) => row_key(table, k),
+        None => table_prefix(table),
+    };
+    let upper = match upper {
+        Some(k) => row_key(table, k),
+        None => prefix_end(&table_prefix(table)),
+    };
+    (lower, upper)
+}
+
 /// An `i64` as bytes that sort like the numbers (event times in keys).
 pub fn ordered(value: i64) -> [u8; 8] {
     ((value as u64) ^ (1 << 63)).to_be_bytes()

@@ -22,6 +22,7 @@ use datafusion::physical_expr::expressions::Column;
 
 use crate::catalog::Table;
 use crate::dataflow::change::{ChangeBatch, evaluate_all};
+use crate::dataflow::index_read::{IndexRead, KeyRange};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::operators::join::Side;
 use crate::dataflow::operators::materialize::expand_row;
@@ -55,6 +56,17 @@ pub struct LookupJoin {
     point: Option<Vec<DataType>>,
     /// For a stream that retracts: what each of its rows was joined with.
     memory: Option<Memory>,
+    /// An index whose leading columns the ON clause pins, when the primary
+    /// key is not pinned: each batch then reads only its keys' ranges.
+    index: Option<IndexLookup>,
+}
+
+/// Reading the table through an index: the index, and for each of its
+/// leading columns that the ON clause pins, which lookup key pins it.
+struct IndexLookup {
+    read: IndexRead,
+    keys: Vec<usize>,
+    types: Vec<DataType>,
 }
 
 /// The lookup side of a join, as the planner describes it.
@@ -62,6 +74,8 @@ pub struct Lookup {
     pub table: Arc<Table>,
     pub steps: Vec<Step>,
     pub keys: Vec<Arc<dyn PhysicalExpr>>,
+    /// The table's indexes when the join was planned.
+    pub indexes: Vec<IndexRead>,
 }
 
 impl LookupJoin {
@@ -79,8 +93,13 @@ impl LookupJoin {
             .map(|k| Ok(SortField::new(k.data_type(&stream.schema)?)))
             .collect::<Result<Vec<_>>>()?;
         let point = point_lookup(&lookup);
+        let index = match point {
+            Some(_) => None,
+            None => index_lookup(&lookup),
+        };
         Ok(LookupJoin {
             point,
+            index,
             table: lookup.table,
             steps: lookup.steps,
             stream_keys: stream.keys,
@@ -96,11 +115,20 @@ impl LookupJoin {
     /// The lookup side's rows now: the table's committed rows (only those
     /// under `keys` when they are primary keys), stepped.
     fn current(&self, cx: &mut Context<'_>, keys: &[ArrayRef]) -> Result<RecordBatch> {
-        let rows = match &self.point {
-            Some(types) => self.rows_under(cx, keys, types)?,
-            None => self.all_rows(cx)?,
+        let indexed = match &self.index {
+            Some(index) if self.point.is_none() => index.rows_under(cx, keys)?,
+            _ => None,
         };
-        let mut batch = self.table.codec.decode(rows.iter().map(Vec::as_slice))?;
+        let mut batch = match indexed {
+            Some(batch) => batch,
+            None => {
+                let rows = match &self.point {
+                    Some(types) => self.rows_under(cx, keys, types)?,
+                    None => self.all_rows(cx)?,
+                };
+                self.table.codec.decode(rows.iter().map(Vec::as_slice))?
+            }
+        };
         for step in &self.steps {
             batch = match step {
                 Step::Columns(columns, schema) => {
@@ -197,10 +225,14 @@ impl Operator for LookupJoin {
                 .join(", ")
         };
         let kind = if self.pad { "left" } else { "inner" };
-        let read = if self.point.is_some() {
-            "primary-key reads"
-        } else {
-            "a scan a batch"
+        let through;
+        let read = match (&self.point, &self.index) {
+            (Some(_), _) => "primary-key reads",
+            (None, Some(index)) => {
+                through = format!("reads through index {}", index.read.index.def.name);
+                &through
+            }
+            (None, None) => "a scan a batch",
         };
         format!(
             "{kind} on [{}] = {}[{}] as of processing time, {read}",
@@ -471,4 +503,94 @@ fn point_lookup(lookup: &Lookup) -> Option<Vec<DataType>> {
             .map(|i| table.schema.field(*i).data_type().clone())
             .collect(),
     )
+}
+
+/// An index whose first columns the lookup keys pin, reached through
+/// plain column picks and filters, as for primary-key reads.
+fn index_lookup(lookup: &Lookup) -> Option<IndexLookup> {
+    let [Step::Columns(columns, _), rest @ ..] = lookup.steps.as_slice() else {
+        return None;
+    };
+    if rest.iter().any(|s| !matches!(s, Step::Filter(_))) {
+        return None;
+    }
+    let pinned: Vec<usize> = lookup
+        .keys
+        .iter()
+        .map(|expr| {
+            let any: &dyn std::any::Any = expr.as_ref();
+            any.downcast_ref::<Column>()
+                .and_then(|c| columns.get(c.index()).copied())
+        })
+        .collect::<Option<_>>()?;
+    lookup.indexes.iter().find_map(|read| {
+        if !read.covers_all() {
+            return None;
+        }
+        let keys: Vec<usize> = read
+            .key_sources()
+            .iter()
+            .map_while(|source| pinned.iter().position(|p| p == source))
+            .collect();
+        let types = read
+            .key_sources()
+            .iter()
+            .take(keys.len())
+            .map(|c| read.base.schema.field(*c).data_type().clone())
+            .collect();
+        (!keys.is_empty()).then(|| IndexLookup {
+            read: read.clone(),
+            keys,
+            types,
+        })
+    })
+}
+
+impl IndexLookup {
+    /// The table's rows under the batch's keys, read through the index as of
+    /// now; `None` when the index cannot answer exactly.
+    fn rows_under(
+        &self,
+        cx: &Context<'_>,
+        stream_keys: &[ArrayRef],
+    ) -> Result<Option<RecordBatch>> {
+        let view = ReadView::new(cx.state.db().clone(), |db| db.snapshot());
+        if !self.read.usable(&view)? {
+            return Ok(None);
+        }
+        let columns = self
+            .keys
+            .iter()
+            .zip(&self.types)
+            .map(|(k, t)| cast(&stream_keys[*k], t))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let fields = self
+            .types
+            .iter()
+            .map(|t| SortField::new(t.clone()))
+            .collect();
+        let encoded = RowConverter::new(fields)?.convert_columns(&columns)?;
+        let mut prefixes: Vec<Vec<u8>> = (0..encoded.num_rows())
+            .filter(|i| columns.iter().all(|c| c.is_valid(*i)))
+            .map(|i| encoded.row(i).data().to_vec())
+            .collect();
+        prefixes.sort();
+        prefixes.dedup();
+        let ranges: Vec<KeyRange> = prefixes
+            .into_iter()
+            .map(|p| {
+                let end = keys::prefix_end(&p);
+                (Some(p), Some(end))
+            })
+            .collect();
+        let mut batches = Vec::new();
+        self.read.read(&view, &ranges, &mut |batch| {
+            batches.push(batch);
+            true
+        })?;
+        let schema = self.read.base.schema.clone();
+        Ok(Some(datafusion::arrow::compute::concat_batches(
+            &schema, &batches,
+        )?))
+    }
 }

@@ -54,6 +54,7 @@ pub async fn create(
             retention,
             append_only: shape.append_only,
             on_error,
+            index: None,
         };
         build_view(engine, session, def).await
     };
@@ -65,7 +66,11 @@ pub async fn create(
 }
 
 /// Create the view and fill it; if that fails or is cancelled, it goes.
-async fn build_view(engine: &Arc<Engine>, session: &Session, def: ViewDef) -> Result<()> {
+pub(super) async fn build_view(
+    engine: &Arc<Engine>,
+    session: &Session,
+    def: ViewDef,
+) -> Result<()> {
     let Object::MaterializedView(view) = engine.catalog.create(ObjectDef::MaterializedView(def))?
     else {
         return Err(Error::Internal("a created view is not a view".into()));
@@ -464,7 +469,7 @@ fn contents(
     })
 }
 
-async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalPlan> {
+pub(super) async fn plan_query(engine: &Arc<Engine>, query: &ast::Query) -> Result<LogicalPlan> {
     let mut state = engine.state();
     // A view keeps `v > (SELECT max(v) FROM t)` as a join with the
     // subquery's one row, which changes as `t` does; a query evaluates the

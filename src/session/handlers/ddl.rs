@@ -391,8 +391,9 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
         };
         if object.kind() != drop.kind {
             return Err(Error::WrongObjectType(format!(
-                "\"{name}\" is not a {}",
-                drop.kind.noun()
+                "\"{name}\" is not {}; use DROP {} to remove it",
+                drop.kind.a(),
+                object.kind().noun().to_uppercase()
             )));
         }
         if crate::catalog::is_system(name) {
@@ -412,7 +413,12 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
                     .map(|s| format!("sink {s}")),
             )
             .collect();
-        let mut described: Vec<String> = dependents.iter().map(describe).collect();
+        // Indexes go with what they index, as in PostgreSQL, unannounced.
+        let mut described: Vec<String> = dependents
+            .iter()
+            .filter(|o| o.kind() != ObjectKind::Index)
+            .map(describe)
+            .collect();
         described.extend(subscriptions);
         if !described.is_empty() && !drop.cascade {
             return Err(Error::DependentObjects {
@@ -496,7 +502,7 @@ fn missing(kind: ObjectKind, name: &str) -> Error {
         ObjectKind::Table | ObjectKind::MaterializedView | ObjectKind::View => {
             Error::UndefinedTable(name.to_string())
         }
-        ObjectKind::Source | ObjectKind::Sink | ObjectKind::Subscription => {
+        ObjectKind::Source | ObjectKind::Sink | ObjectKind::Subscription | ObjectKind::Index => {
             Error::UndefinedObject(format!("{} \"{name}\" does not exist", kind.noun()))
         }
     }

@@ -9,9 +9,11 @@ mod csv;
 pub mod ddl;
 pub mod function;
 mod grant;
+mod index;
 pub mod insert;
 mod maintenance;
 pub mod query;
+mod rename;
 pub mod role;
 pub mod show;
 pub mod subscribe;
@@ -66,6 +68,7 @@ pub async fn dispatch(
             connector::create_sink(engine, session, create).await
         }
         Statement::Show(kind) => show::objects(engine, kind),
+        Statement::ShowIndexes(from) => show::indexes(engine, from.as_deref()),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
         Statement::ShowVariable(name) => show::variable(session, &name),
         Statement::ShowLateEvents => query::run(engine, &show::late_events_query()?, None).await,
@@ -185,6 +188,14 @@ pub async fn dispatch(
         Statement::DropRole { names, if_exists } => role::drop(engine, session, names, if_exists),
         Statement::Vacuum(names) => maintenance::vacuum(engine, session, names).await,
         Statement::Backup(to) => maintenance::backup(engine, session, to).await,
+        Statement::CreateIndex(create) => {
+            privileges::check_owner(engine, &session.user, &create.relation)?;
+            index::create(engine, session, create).await
+        }
+        Statement::Rename(alter) => {
+            privileges::check_owner(engine, &session.user, &alter.name)?;
+            rename::rename(engine, session, alter)
+        }
         Statement::Unsupported(message) => Err(Error::NotSupported(message)),
     }
 }
@@ -267,6 +278,9 @@ pub async fn describe(
             None => Err(Error::UndefinedCursor(fetch.cursor.clone())),
         },
         Statement::Show(kind) => columns(show::objects_schema(*kind)),
+        Statement::ShowIndexes(_) => {
+            columns(show::objects_schema(crate::catalog::ObjectKind::Index))
+        }
         Statement::ExplainView { .. } | Statement::ExplainRunning { .. } => {
             columns(show::text_lines_schema())
         }
@@ -298,6 +312,8 @@ pub async fn describe(
         | Statement::AlterRole(_)
         | Statement::DropRole { .. }
         | Statement::Vacuum(_)
+        | Statement::CreateIndex(_)
+        | Statement::Rename(_)
         | Statement::Backup(_)
         | Statement::Unsupported(_) => Ok((Vec::new(), None)),
     }

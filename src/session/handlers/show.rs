@@ -54,8 +54,48 @@ pub fn objects_schema(kind: ObjectKind) -> SchemaRef {
         ObjectKind::MaterializedView => text_schema(&["Name", "Progress", "Status"]),
         ObjectKind::Source => text_schema(&["Name", "Connector", "Status"]),
         ObjectKind::Sink => text_schema(&["Name", "From", "Connector", "Status"]),
+        ObjectKind::Index => text_schema(&["Name", "On", "Key", "Include"]),
         _ => text_schema(&["Name"]),
     }
+}
+
+/// SHOW INDEXES [FROM relation]: each index, what it indexes, its key
+/// columns and the other columns it holds.
+pub fn indexes(engine: &Arc<Engine>, from: Option<&str>) -> Result<Output> {
+    let on = match from {
+        Some(name) => Some(
+            engine
+                .catalog
+                .get(name)
+                .ok_or_else(|| Error::UndefinedTable(name.to_string()))?
+                .id(),
+        ),
+        None => None,
+    };
+    let rows = engine
+        .catalog
+        .objects()
+        .into_iter()
+        .filter_map(|o| match o {
+            Object::MaterializedView(v) => v.def.index.clone().map(|index| (v, index)),
+            _ => None,
+        })
+        .filter(|(_, index)| on.is_none_or(|id| index.on == id))
+        .map(|(v, index)| {
+            let names = v.table.def.column_names();
+            let relation = engine
+                .catalog
+                .by_id(index.on)
+                .map(|o| o.def().name().to_string());
+            vec![
+                Some(v.table.def.name.clone()),
+                relation,
+                Some(names[..index.key_columns].join(", ")),
+                Some(names[index.key_columns..].join(", ")),
+            ]
+        })
+        .collect();
+    text_rows(objects_schema(ObjectKind::Index), rows, "SHOW")
 }
 
 /// SHOW SINKS: each sink, what it reads, and how its task is doing.

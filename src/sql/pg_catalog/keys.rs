@@ -53,8 +53,28 @@ fn keyed_table(catalog: &Catalog, oid: i32, base: i64) -> Option<(Object, String
         .then(|| (object.clone(), columns.join(", ")))
 }
 
-/// `pg_get_indexdef(oid, ...)` of a primary key index.
+/// `pg_get_indexdef(oid, ...)` of a primary key index or a user's index.
 pub fn index_definition(catalog: &Catalog, oid: i32) -> Option<String> {
+    let id = u64::try_from(i64::from(oid) - INDEX_BASE).ok()?;
+    if let Some(Object::MaterializedView(view)) = catalog.by_id(id)
+        && let Some(index) = &view.def.index
+    {
+        let base = catalog.by_id(index.on)?;
+        let names = view.table.def.column_names();
+        let mut text = format!(
+            "CREATE INDEX {} ON public.{} USING btree ({})",
+            view.table.def.name,
+            base.def().name(),
+            names[..index.key_columns].join(", ")
+        );
+        if index.partial_cover {
+            text.push_str(&format!(
+                " INCLUDE ({})",
+                names[index.key_columns..].join(", ")
+            ));
+        }
+        return Some(text);
+    }
     let (object, columns) = keyed_table(catalog, oid, INDEX_BASE)?;
     let name = object.def().name().to_string();
     Some(format!(
@@ -68,12 +88,18 @@ pub fn constraint_definition(catalog: &Catalog, oid: i32) -> Option<String> {
     Some(format!("PRIMARY KEY ({columns})"))
 }
 
-/// A keyed table: its oid, id, and the 1-based positions of its key columns.
+/// An index of a relation: its primary key's, or one made by CREATE INDEX.
 pub struct Keyed {
+    /// The relation's oid.
     pub oid: i32,
+    /// The id the index's oid derives from: the table's for its primary
+    /// key, the index's own for the others.
     pub id: u64,
+    /// The index's name.
     pub name: String,
+    /// 1-based positions of the key columns in the relation.
     pub key: Vec<i16>,
+    pub primary: bool,
 }
 
 pub fn keyed(object: &Object, oid: i32) -> Option<Keyed> {
@@ -89,9 +115,36 @@ pub fn keyed(object: &Object, oid: i32) -> Option<Keyed> {
     (!key.is_empty()).then(|| Keyed {
         oid,
         id: table.def.id,
-        name: table.def.name.clone(),
+        name: format!("{}_pkey", table.def.name),
         key,
+        primary: true,
     })
+}
+
+/// The indexes users made on a relation.
+pub fn made(catalog: &Catalog, object: &Object, oid: i32) -> Vec<Keyed> {
+    let columns = &object.table().def.columns;
+    catalog
+        .indexes_on(object.id())
+        .iter()
+        .filter_map(|view| {
+            let index = view.def.index.as_ref()?;
+            let key = view.table.def.columns[..index.key_columns]
+                .iter()
+                .map(|c| {
+                    let at = columns.iter().position(|b| b.name == c.name)?;
+                    i16::try_from(at + 1).ok()
+                })
+                .collect::<Option<Vec<i16>>>()?;
+            Some(Keyed {
+                oid,
+                id: view.table.def.id,
+                name: view.table.def.name.clone(),
+                key,
+                primary: false,
+            })
+        })
+        .collect()
 }
 
 /// Replaces a column by another of the schema's type.
@@ -115,10 +168,7 @@ pub fn class_rows(class: &RecordBatch, rows: &[u32], keyed: &[Keyed]) -> DfResul
     let oids: Int32Array = keyed.iter().map(|k| index_oid(k.id)).collect();
     set(&mut columns, &schema, "oid", Arc::new(oids.clone()))?;
     set(&mut columns, &schema, "relfilenode", Arc::new(oids))?;
-    let names: StringArray = keyed
-        .iter()
-        .map(|k| Some(format!("{}_pkey", k.name)))
-        .collect();
+    let names: StringArray = keyed.iter().map(|k| Some(k.name.clone())).collect();
     set(&mut columns, &schema, "relname", Arc::new(names))?;
     set(
         &mut columns,
@@ -216,8 +266,13 @@ pub fn index(
                     .map(|k| i16::try_from(k.key.len()).ok())
                     .collect::<Int16Array>(),
             ),
-            "indisunique" | "indisprimary" | "indimmediate" | "indisvalid" | "indisready"
-            | "indislive" => yes(true),
+            "indisunique" | "indisprimary" => Arc::new(
+                keyed
+                    .iter()
+                    .map(|k| Some(k.primary))
+                    .collect::<BooleanArray>(),
+            ),
+            "indimmediate" | "indisvalid" | "indisready" | "indislive" => yes(true),
             "indkey" => Arc::new(int2_lists(keyed.iter().map(|k| Some(k.key.clone())))),
             // Default operator classes, collations and options.
             "indclass" | "indcollation" | "indoption" => {
@@ -249,6 +304,7 @@ pub fn constraint(
         columns[schema.index_of(name)?] = Arc::new(int2_column(crate_rows, name)?);
     }
     let builtin = RecordBatch::try_new(schema.clone(), columns)?;
+    let keyed: Vec<&Keyed> = keyed.iter().filter(|k| k.primary).collect();
     let n = keyed.len();
     let mut ours: Vec<ArrayRef> = Vec::new();
     for field in schema.fields() {
@@ -262,7 +318,7 @@ pub fn constraint(
             "conname" => Arc::new(
                 keyed
                     .iter()
-                    .map(|k| Some(format!("{}_pkey", k.name)))
+                    .map(|k| Some(k.name.clone()))
                     .collect::<StringArray>(),
             ),
             "connamespace" => Arc::new(Int32Array::from(vec![public; n])),

@@ -396,10 +396,13 @@ impl Computed {
         let mut rows = Vec::new();
         let mut keyed = Vec::new();
         for i in 0..class.num_rows() {
-            if let Some(k) = relations
-                .get(&oids.value(i))
-                .and_then(|o| keys::keyed(o, oids.value(i)))
-            {
+            let Some(object) = relations.get(&oids.value(i)) else {
+                continue;
+            };
+            let indexes = keys::keyed(object, oids.value(i))
+                .into_iter()
+                .chain(keys::made(&self.catalog, object, oids.value(i)));
+            for k in indexes {
                 rows.push(i as u32);
                 keyed.push(k);
             }
@@ -421,7 +424,11 @@ impl Computed {
             .relations(state, &class)
             .await?
             .iter()
-            .filter_map(|(oid, object)| keys::keyed(object, *oid))
+            .flat_map(|(oid, object)| {
+                keys::keyed(object, *oid)
+                    .into_iter()
+                    .chain(keys::made(&self.catalog, object, *oid))
+            })
             .collect();
         keyed.sort_by_key(|k| k.id);
         Ok(keyed)
