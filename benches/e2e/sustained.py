@@ -10,8 +10,13 @@ The input is the bids CSV of benches/e2e/run.py (--events, cached in
 --workdir), cycled. Every row gets one more column, `written_at`: the
 wall-clock time in microseconds at which the producer hands the row to
 the engine. The query is Nexmark q1 (`0.908 * price`) with `written_at`
-passed through, so every output row says when its input was written, and
-freshness is the time it became visible less that. Each rate runs for
+passed through, over the bids of one auction in --sample (`auction %
+7 = 0` by default: Nexmark's hot auctions are multiples of 100, so a
+modulus prime to 100 keeps a fair seventh), so every output row says when its input was
+written, and freshness is the time it became visible less that. Every
+row is read and computed; only a sample comes out, so that reading the
+output in this Python process does not hold either engine back (Flink's
+print sink blocks its job when the pipe fills). Each rate runs for
 --seconds on a fresh engine; the producer sends a batch every --tick
 seconds (rate x tick rows) on a fixed schedule, and never waits for the
 engine beyond what sending takes.
@@ -33,10 +38,10 @@ time: it leaves out the print sink's own delay, which favours Flink.
 
 Freshness percentiles are over the rows of the step's last two thirds
 (the first third lets a fresh engine warm up). A rate is held when the
-producer kept its schedule (sent at least 98% of the rows it should have)
-and the engine kept up (the p99 of the step's last third is at most twice
-that of its middle third plus 100 ms, i.e. the delay is not growing).
-CPU-seconds are the engine's processes' over the whole step.
+producer kept its schedule (sent at least 98% of the rate: a weir COPY
+returns once committed, so a node that cannot take the rate slows its
+producer) and the p99 stayed within --max-p99-ms (1 s). CPU-seconds are
+the engine's processes' over the whole step.
 
 Requirements as for benches/e2e/run.py.
 """
@@ -66,6 +71,7 @@ import sys
 from pyflink.common import Configuration
 from pyflink.table import EnvironmentSettings, TableEnvironment
 directory = sys.argv[1]
+sample = int(sys.argv[2])
 conf = Configuration()
 conf.set_string("parallelism.default", "1")
 conf.set_string("state.backend.type", "hashmap")
@@ -78,8 +84,9 @@ t.execute_sql(f"""CREATE TEMPORARY TABLE bid (auction BIGINT, bidder BIGINT, pri
 t.execute_sql("""CREATE TEMPORARY TABLE fresh (auction BIGINT, price DECIMAL(23, 3),
   written_at BIGINT, seen STRING) WITH ('connector' = 'print')""")
 print("READY", flush=True)
-t.execute_sql("""INSERT INTO fresh SELECT auction, 0.908 * price, written_at,
-  DATE_FORMAT(CURRENT_TIMESTAMP, 'yyyy-MM-dd HH:mm:ss.SSS') FROM bid""").wait()
+t.execute_sql(f"""INSERT INTO fresh SELECT auction, 0.908 * price, written_at,
+  DATE_FORMAT(CURRENT_TIMESTAMP, 'yyyy-MM-dd HH:mm:ss.SSS') FROM bid
+  WHERE MOD(auction, {sample}) = 0""").wait()
 '''
 
 
@@ -148,13 +155,11 @@ def freshness(samples: list[tuple[float, float]], start: float, seconds: float) 
     }
 
 
-def held(result: dict, expected_rows: int) -> bool:
-    if result["sent"] < 0.98 * expected_rows:
-        return False
-    middle, last = result["p99_middle_ms"], result["p99_last_ms"]
-    if middle is None or last is None:
-        return False
-    return last <= 2 * middle + 100
+def held(result: dict, rate: int, max_p99_ms: float) -> bool:
+    """The producer kept its schedule, and the rows stayed fresh."""
+    achieved = result["sent"] / result["send_seconds"] if result["send_seconds"] else 0
+    p99 = result["p99_ms"]
+    return achieved >= 0.98 * rate and p99 is not None and p99 <= max_p99_ms
 
 
 # --------------------------------------------------------------------------
@@ -173,7 +178,8 @@ def run_weir(args, rows: list[bytes], rate: int, scratch: str) -> dict:
             cols = ", ".join(f"{c} {t}" for c, t in e2e.Q.BID_COLUMNS)
             conn.execute(f"CREATE TABLE bid ({cols}, written_at BIGINT) APPEND ONLY")
             conn.execute("CREATE MATERIALIZED VIEW fresh AS SELECT auction, bidder, "
-                         "0.908 * price AS price, date_time, written_at FROM bid")
+                         "0.908 * price AS price, date_time, written_at FROM bid "
+                         f"WHERE auction % {args.sample} = 0")
         stop = threading.Event()
         ready = threading.Event()
         watcher = threading.Thread(target=watch_weir, args=(node, samples, stop, ready), daemon=True)
@@ -188,14 +194,20 @@ def run_weir(args, rows: list[bytes], rate: int, scratch: str) -> dict:
             producer.run()
             time.sleep(args.drain)
             cpu = cpu_seconds(pid) - cpu0
-        stop.set()
         with node.connect() as conn:
             conn.execute("FLUSH")
             total = conn.execute("SELECT count(*) FROM fresh").fetchone()[0]
+            wanted = conn.execute("SELECT count(*) FILTER (WHERE auction % "
+                                  f"{args.sample} = 0), count(*) FROM bid").fetchone()
+        deadline = time.time() + 120
+        while len(samples) < total and time.time() < deadline:
+            time.sleep(0.2)
+        stop.set()
         result = {"sent": producer.sent, "send_seconds": producer.elapsed, "cpu_seconds": cpu,
                   "rows_in_view": total, **freshness(list(samples), t0, args.seconds)}
-        if total != producer.sent:
-            result["error"] = f"the view holds {total:,} rows of {producer.sent:,} sent"
+        if wanted[1] != producer.sent or total != wanted[0]:
+            result["error"] = (f"the table holds {wanted[1]:,} rows of {producer.sent:,} sent, "
+                               f"the view {total:,} of {wanted[0]:,}")
         return result
     finally:
         node.stop()
@@ -239,7 +251,8 @@ def run_flink(args, rows: list[bytes], rate: int, scratch: str) -> dict:
     with open(program, "w") as f:
         f.write(FLINK_PROGRAM)
     env = dict(os.environ, JVM_ARGS=f"-Xms{args.flink_heap} -Xmx{args.flink_heap}")
-    proc = subprocess.Popen([args.flink_python, program, directory], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([args.flink_python, program, directory, str(args.sample)],
+                            stdout=subprocess.PIPE,
                             stderr=open(os.path.join(scratch, f"flink-{rate}.log"), "w"), env=env)
     lines: queue.Queue = queue.Queue()
     samples: list[tuple[float, float]] = []
@@ -316,6 +329,7 @@ def main() -> None:
     ap.add_argument("--rates", default="50000,100000,200000")
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--tick", type=float, default=0.1)
+    ap.add_argument("--sample", type=int, default=7, help="output the bids of auction %% N = 0")
     ap.add_argument("--drain", type=float, default=3.0, help="seconds after the last batch")
     ap.add_argument("--engines", default="weir,flink")
     ap.add_argument("--events", type=int, default=2_000_000)
@@ -325,8 +339,19 @@ def main() -> None:
     ap.add_argument("--flink-python", default=e2e.DEFAULT_FLINK_PYTHON)
     ap.add_argument("--flink-heap", default="2g")
     ap.add_argument("--flink-warmup", type=float, default=5.0)
+    ap.add_argument("--max-p99-ms", type=float, default=1000,
+                    help="freshest p99 a held rate may have")
     ap.add_argument("--json")
+    ap.add_argument("--report", help="print the table of a run saved with --json, held judged again")
     args = ap.parse_args()
+    if args.report:
+        with open(args.report) as f:
+            saved = json.load(f)
+        results = saved["results"]
+        for r in results:
+            r["held"] = held(r, r["rate"], args.max_p99_ms)
+        print_table(results, argparse.Namespace(**{**saved["args"], "max_p99_ms": args.max_p99_ms}))
+        return
     data = os.path.join(args.workdir, f"events-{args.events}")
     e2e.generate(args, data)
     rows = load_rows(os.path.join(data, "bid.csv"), args.rows)
@@ -339,7 +364,7 @@ def main() -> None:
             run = run_weir if engine == "weir" else run_flink
             result = run(args, rows, rate, scratch)
             result.update(engine=engine, rate=rate, seconds=args.seconds,
-                          held=held(result, int(rate * args.seconds)))
+                          held=held(result, rate, args.max_p99_ms))
             log(json.dumps(result))
             results.append(result)
     print_table(results, args)
@@ -353,12 +378,14 @@ def main() -> None:
 def print_table(results: list[dict], args) -> None:
     def ms(v):
         return "" if v is None else f"{v:,.0f}"
-    print(f"{args.seconds:.0f} s per rate, a batch every {args.tick * 1000:.0f} ms\n")
-    print("| engine | rate (rows/s) | sent | held | p50 ms | p99 ms | max ms | p99 middle / last third | CPU-s | CPU-µs per row |")
+    print(f"{args.seconds:.0f} s per rate, a batch every {args.tick * 1000:.0f} ms, "
+          f"held: at least 98% of the rate sent and p99 within {args.max_p99_ms:.0f} ms\n")
+    print("| engine | rate (rows/s) | sent (rows/s) | held | p50 ms | p99 ms | max ms | p99 middle / last third | CPU-s | CPU-µs per row |")
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in results:
         per_row = r["cpu_seconds"] / r["sent"] * 1e6 if r["sent"] else 0
-        print(f"| {r['engine']} | {r['rate']:,} | {r['sent']:,} | {'yes' if r['held'] else 'no'} "
+        achieved = r["sent"] / r["send_seconds"] if r["send_seconds"] else 0
+        print(f"| {r['engine']} | {r['rate']:,} | {achieved:,.0f} | {'yes' if r['held'] else 'no'} "
               f"| {ms(r['p50_ms'])} | {ms(r['p99_ms'])} | {ms(r['max_ms'])} "
               f"| {ms(r['p99_middle_ms'])} / {ms(r['p99_last_ms'])} | {r['cpu_seconds']:.1f} | {per_row:.2f} |")
     for engine in sorted({r["engine"] for r in results}):
