@@ -28,8 +28,10 @@ write, as a client of any PostgreSQL server would send it); a second
 connection runs `COPY (SUBSCRIBE fresh WITH (snapshot = false)) TO STDOUT`
 and takes a row's visibility as the moment its change reaches the client.
 
-Flink 2.3 (PyFlink mini-cluster, parallelism 1, streaming, no
-checkpoints, mini-batch off so as not to add its 2 s of latency): the
+Flink 2.3 (PyFlink mini-cluster, parallelism 1, streaming, mini-batch
+off so as not to add its 2 s of latency; engine `flink`: hash-map state,
+no checkpoints; `flink-ckpt`: RocksDB state and exactly-once checkpoints
+every second, as weir's results are durable and exactly once): the
 producer writes each batch as a new file, renamed into a directory that a
 filesystem source watches every 100 ms (`source.monitor-interval`); the
 job adds `CURRENT_TIMESTAMP` (evaluated per row as it is processed) and
@@ -72,9 +74,17 @@ from pyflink.common import Configuration
 from pyflink.table import EnvironmentSettings, TableEnvironment
 directory = sys.argv[1]
 sample = int(sys.argv[2])
+checkpoints = sys.argv[3]
 conf = Configuration()
 conf.set_string("parallelism.default", "1")
-conf.set_string("state.backend.type", "hashmap")
+if checkpoints:
+    conf.set_string("state.backend.type", "rocksdb")
+    conf.set_string("execution.checkpointing.incremental", "true")
+    conf.set_string("execution.checkpointing.interval", "1 s")
+    conf.set_string("execution.checkpointing.mode", "EXACTLY_ONCE")
+    conf.set_string("execution.checkpointing.dir", "file://" + checkpoints)
+else:
+    conf.set_string("state.backend.type", "hashmap")
 settings = EnvironmentSettings.new_instance().in_streaming_mode().with_configuration(conf).build()
 t = TableEnvironment.create(settings)
 t.execute_sql(f"""CREATE TEMPORARY TABLE bid (auction BIGINT, bidder BIGINT, price BIGINT,
@@ -241,7 +251,7 @@ def watch_weir(node, samples: list, stop: threading.Event, ready: threading.Even
 # Flink
 # --------------------------------------------------------------------------
 
-def run_flink(args, rows: list[bytes], rate: int, scratch: str) -> dict:
+def run_flink(args, rows: list[bytes], rate: int, scratch: str, engine: str) -> dict:
     directory = os.path.join(scratch, f"flink-in-{rate}")
     staging = os.path.join(scratch, f"flink-staging-{rate}")
     for d in (directory, staging):
@@ -251,7 +261,10 @@ def run_flink(args, rows: list[bytes], rate: int, scratch: str) -> dict:
     with open(program, "w") as f:
         f.write(FLINK_PROGRAM)
     env = dict(os.environ, JVM_ARGS=f"-Xms{args.flink_heap} -Xmx{args.flink_heap}")
-    proc = subprocess.Popen([args.flink_python, program, directory, str(args.sample)],
+    checkpoints = os.path.join(scratch, f"flink-checkpoints-{rate}") if engine == "flink-ckpt" else ""
+    if checkpoints:
+        shutil.rmtree(checkpoints, ignore_errors=True)
+    proc = subprocess.Popen([args.flink_python, program, directory, str(args.sample), checkpoints],
                             stdout=subprocess.PIPE,
                             stderr=open(os.path.join(scratch, f"flink-{rate}.log"), "w"), env=env)
     lines: queue.Queue = queue.Queue()
@@ -331,7 +344,7 @@ def main() -> None:
     ap.add_argument("--tick", type=float, default=0.1)
     ap.add_argument("--sample", type=int, default=7, help="output the bids of auction %% N = 0")
     ap.add_argument("--drain", type=float, default=3.0, help="seconds after the last batch")
-    ap.add_argument("--engines", default="weir,flink")
+    ap.add_argument("--engines", default="weir,flink,flink-ckpt")
     ap.add_argument("--events", type=int, default=2_000_000)
     ap.add_argument("--rows", type=int, default=1_000_000, help="distinct input rows, cycled")
     ap.add_argument("--workdir", default="/tmp/weir-e2e")
@@ -361,8 +374,10 @@ def main() -> None:
     for rate in [int(r) for r in args.rates.split(",")]:
         for engine in args.engines.split(","):
             log(f"{engine} at {rate:,} rows/s for {args.seconds:.0f} s")
-            run = run_weir if engine == "weir" else run_flink
-            result = run(args, rows, rate, scratch)
+            if engine == "weir":
+                result = run_weir(args, rows, rate, scratch)
+            else:
+                result = run_flink(args, rows, rate, scratch, engine)
             result.update(engine=engine, rate=rate, seconds=args.seconds,
                           held=held(result, rate, args.max_p99_ms))
             log(json.dumps(result))
