@@ -54,6 +54,9 @@ pub struct TableDef {
     /// `ON CONFLICT ...`: an INSERT merges into a row of the same key
     /// instead of failing.
     pub conflict: Option<ConflictDef>,
+    /// The primary key's name once the table was renamed: as in
+    /// PostgreSQL, it keeps the name it was given, `<first name>_pkey`.
+    pub key_name: Option<String>,
 }
 
 /// What a relation is, and so where its contents live and how they change.
@@ -107,6 +110,8 @@ struct Stored {
     retention: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     conflict: Option<ConflictDef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_name: Option<String>,
 }
 
 impl Storage {
@@ -137,6 +142,7 @@ impl From<Stored> for TableDef {
             connector: s.connector,
             retention: s.retention,
             conflict: s.conflict,
+            key_name: s.key_name,
         }
     }
 }
@@ -161,6 +167,7 @@ impl From<TableDef> for Stored {
             connector: def.connector,
             retention: def.retention,
             conflict: def.conflict,
+            key_name: def.key_name,
         }
     }
 }
@@ -243,6 +250,7 @@ impl TableDef {
             connector: None,
             retention: None,
             conflict: None,
+            key_name: None,
         }
     }
 
@@ -312,6 +320,13 @@ impl TableDef {
     /// Rows are stored with their multiplicity.
     pub fn is_multiset(&self) -> bool {
         self.storage == Storage::MultisetView
+    }
+
+    /// The primary key's name: its index's and its constraint's.
+    pub fn key_constraint(&self) -> String {
+        self.key_name
+            .clone()
+            .unwrap_or_else(|| format!("{}_pkey", self.name))
     }
 
     pub fn column_names(&self) -> Vec<&str> {
@@ -461,7 +476,7 @@ impl Table {
             name: self.def.name.clone(),
             topic: self.def.topic(),
             partitions: self.def.partitions,
-            constraint: format!("{}_pkey", self.def.name),
+            constraint: self.def.key_constraint(),
             describe_key: Arc::new(move |key| table.describe_key(key)),
         }
     }

@@ -218,6 +218,7 @@ pub async fn create_logical(
         connector: None,
         retention: None,
         conflict: None,
+        key_name: None,
     };
     engine
         .catalog
@@ -466,6 +467,7 @@ fn contents(
         connector: None,
         retention: None,
         conflict: None,
+        key_name: None,
     })
 }
 

@@ -79,6 +79,7 @@ pub async fn create_table(
         connector: create.connector.clone(),
         retention,
         conflict,
+        key_name: None,
     };
     super::connector::check_source(&def).await?;
     let object = engine.catalog.create(ObjectDef::Table(def))?;

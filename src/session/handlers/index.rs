@@ -79,6 +79,7 @@ pub async fn create(
         connector: None,
         retention: None,
         conflict: None,
+        key_name: None,
     };
     let def = ViewDef {
         table,

@@ -45,6 +45,9 @@ pub fn rename(engine: &Arc<Engine>, session: &mut Session, alter: Rename) -> Res
     }
     let mut def = object.def();
     let table = def.table_def_mut();
+    if table.is_keyed() && !table.is_view() {
+        table.key_name = Some(table.key_constraint());
+    }
     table.name = alter.to.clone();
     table.definition = rename::rename_created(&table.definition, &alter.to)?;
     let mut changed = vec![def];

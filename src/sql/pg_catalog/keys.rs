@@ -76,9 +76,11 @@ pub fn index_definition(catalog: &Catalog, oid: i32) -> Option<String> {
         return Some(text);
     }
     let (object, columns) = keyed_table(catalog, oid, INDEX_BASE)?;
-    let name = object.def().name().to_string();
+    let def = &object.table().def;
     Some(format!(
-        "CREATE UNIQUE INDEX {name}_pkey ON public.{name} USING btree ({columns})"
+        "CREATE UNIQUE INDEX {} ON public.{} USING btree ({columns})",
+        def.key_constraint(),
+        def.name
     ))
 }
 
@@ -115,7 +117,7 @@ pub fn keyed(object: &Object, oid: i32) -> Option<Keyed> {
     (!key.is_empty()).then(|| Keyed {
         oid,
         id: table.def.id,
-        name: format!("{}_pkey", table.def.name),
+        name: table.def.key_constraint(),
         key,
         primary: true,
     })
