@@ -286,6 +286,16 @@ pub struct View {
     pub table: Arc<Table>,
 }
 
+impl View {
+    /// An index's key columns, then the other columns it holds, by name.
+    pub fn index_columns(&self) -> Option<(Vec<&str>, Vec<&str>)> {
+        let index = self.def.index.as_ref()?;
+        let mut key = self.table.def.column_names();
+        let rest = key.split_off(index.key_columns);
+        Some((key, rest))
+    }
+}
+
 impl Object {
     pub fn def(&self) -> ObjectDef {
         match self {
@@ -584,16 +594,17 @@ impl Catalog {
         if inner.by_name.contains_key(def.name()) {
             return Err(Error::DuplicateTable(def.name().to_string()));
         }
-        let json = serde_json::to_vec(&def)
-            .map_err(|e| Error::Internal(format!("cannot serialise catalog entry: {e}")))?;
-        self.db.put_cf_opt(
-            cf(&self.db, CF_CATALOG),
-            keys::object_key(def.id()),
-            json,
-            &sync_write(),
-        )?;
+        self.put_entry(&keys::object_key(def.id()), &def, "catalog entry")?;
         inner.by_name.insert(def.name().to_string(), object.clone());
         Ok(object)
+    }
+
+    /// Put one catalog entry, synced.
+    fn put_entry<T: Serialize>(&self, key: &[u8], value: &T, what: &str) -> Result<()> {
+        let json = entry_json(value, what)?;
+        self.db
+            .put_cf_opt(cf(&self.db, CF_CATALOG), key, json, &sync_write())?;
+        Ok(())
     }
 
     /// Store new definitions of existing objects, by id, in one write; an
@@ -610,8 +621,7 @@ impl Catalog {
         }
         let mut batch = WriteBatch::default();
         for def in &defs {
-            let json = serde_json::to_vec(def)
-                .map_err(|e| Error::Internal(format!("cannot serialise catalog entry: {e}")))?;
+            let json = entry_json(def, "catalog entry")?;
             batch.put_cf(cf(&self.db, CF_CATALOG), keys::object_key(def.id()), json);
         }
         self.db.write_opt(batch, &sync_write())?;
@@ -640,14 +650,7 @@ impl Catalog {
                 def.name
             )));
         }
-        let json = serde_json::to_vec(&def)
-            .map_err(|e| Error::Internal(format!("cannot serialise subscription: {e}")))?;
-        self.db.put_cf_opt(
-            cf(&self.db, CF_CATALOG),
-            subscription_key(&def.name),
-            json,
-            &sync_write(),
-        )?;
+        self.put_entry(&subscription_key(&def.name), &def, "subscription")?;
         inner.subscriptions.insert(def.name.clone(), def);
         Ok(())
     }
@@ -709,10 +712,7 @@ impl Catalog {
 
     pub fn set_acl(&self, id: u64, acl: Acl) -> Result<()> {
         let mut inner = self.write();
-        let json = serde_json::to_vec(&acl)
-            .map_err(|e| Error::Internal(format!("cannot serialise privileges: {e}")))?;
-        self.db
-            .put_cf_opt(cf(&self.db, CF_CATALOG), acl_key(id), json, &sync_write())?;
+        self.put_entry(&acl_key(id), &acl, "privileges")?;
         inner.acls.insert(id, acl);
         Ok(())
     }
@@ -724,14 +724,7 @@ impl Catalog {
 
     pub fn set_schema_acl(&self, acl: Acl) -> Result<()> {
         let mut inner = self.write();
-        let json = serde_json::to_vec(&acl)
-            .map_err(|e| Error::Internal(format!("cannot serialise privileges: {e}")))?;
-        self.db.put_cf_opt(
-            cf(&self.db, CF_CATALOG),
-            SCHEMA_ACL_KEY,
-            json,
-            &sync_write(),
-        )?;
+        self.put_entry(SCHEMA_ACL_KEY, &acl, "privileges")?;
         inner.schema_acl = acl;
         Ok(())
     }
@@ -787,14 +780,7 @@ impl Catalog {
     }
 
     fn put_role(&self, inner: &mut Inner, def: RoleDef) -> Result<()> {
-        let json = serde_json::to_vec(&def)
-            .map_err(|e| Error::Internal(format!("cannot serialise role: {e}")))?;
-        self.db.put_cf_opt(
-            cf(&self.db, CF_CATALOG),
-            role_key(&def.name),
-            json,
-            &sync_write(),
-        )?;
+        self.put_entry(&role_key(&def.name), &def, "role")?;
         inner.roles.insert(def.name.clone(), def);
         Ok(())
     }
@@ -843,14 +829,7 @@ impl Catalog {
                 def.name
             )));
         }
-        let json = serde_json::to_vec(&def)
-            .map_err(|e| Error::Internal(format!("cannot serialise function: {e}")))?;
-        self.db.put_cf_opt(
-            cf(&self.db, CF_CATALOG),
-            function_key(&def.name),
-            json,
-            &sync_write(),
-        )?;
+        self.put_entry(&function_key(&def.name), &def, "function")?;
         inner.functions.insert(def.name.clone(), def);
         Ok(())
     }
@@ -881,14 +860,7 @@ impl Catalog {
                 def.name
             )));
         }
-        let json = serde_json::to_vec(&def)
-            .map_err(|e| Error::Internal(format!("cannot serialise sink: {e}")))?;
-        self.db.put_cf_opt(
-            cf(&self.db, CF_CATALOG),
-            sink_key(&def.name),
-            json,
-            &sync_write(),
-        )?;
+        self.put_entry(&sink_key(&def.name), &def, "sink")?;
         inner.sinks.insert(def.name.clone(), def);
         Ok(())
     }
@@ -909,8 +881,7 @@ impl Catalog {
         };
         def.name = to.to_string();
         def.definition = definition;
-        let json = serde_json::to_vec(&def)
-            .map_err(|e| Error::Internal(format!("cannot serialise sink: {e}")))?;
+        let json = entry_json(&def, "sink")?;
         let mut batch = WriteBatch::default();
         batch.delete_cf(cf(&self.db, CF_CATALOG), sink_key(name));
         batch.put_cf(cf(&self.db, CF_CATALOG), sink_key(to), json);
@@ -1079,6 +1050,11 @@ fn build(def: ObjectDef) -> Result<Object> {
             Ok(Object::View(Arc::new(LogicalView { def: v, table })))
         }
     }
+}
+
+/// A catalog entry as stored: JSON.
+fn entry_json<T: Serialize>(value: &T, what: &str) -> Result<Vec<u8>> {
+    serde_json::to_vec(value).map_err(|e| Error::Internal(format!("cannot serialise {what}: {e}")))
 }
 
 fn sync_write() -> WriteOptions {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use datafusion::common::ScalarValue;
 
-use crate::catalog::{Table, View};
+use crate::catalog::{Catalog, Table, View};
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::{Error, Result};
 use crate::log::embedded;
@@ -35,10 +35,24 @@ pub struct IndexRead {
     columns: Vec<Option<usize>>,
 }
 
+/// Where an index trails its relation in a snapshot: per partition of the
+/// relation's changelog, the offset from which the index has yet to read.
+#[derive(Debug, Clone)]
+pub struct Trailing(Vec<(u32, u64)>);
+
 /// Encoded index keys, lower inclusive and upper exclusive; `None` is open.
 pub type KeyRange = (Option<Vec<u8>>, Option<Vec<u8>>);
 
 impl IndexRead {
+    /// Every index of `base`, to read it through.
+    pub fn all_of(catalog: &Catalog, base: &Arc<Table>) -> Vec<IndexRead> {
+        catalog
+            .indexes_on(base.def.id)
+            .iter()
+            .map(|index| IndexRead::new(base.clone(), index))
+            .collect()
+    }
+
     pub fn new(base: Arc<Table>, index: &View) -> IndexRead {
         let columns = base
             .def
@@ -84,38 +98,37 @@ impl IndexRead {
             .collect()
     }
 
-    /// Where the index has read its relation's changelog to, per
-    /// partition, and where the changelog ends, in this snapshot.
-    fn progress(&self, view: &ReadView) -> Result<Vec<(u32, u64, u64)>> {
+    /// What a read through the index must apply over it in this snapshot,
+    /// or `None` when that read could not be exact: too many changes
+    /// trail, some are no longer in the log, or the index lacks columns
+    /// the trailing rows would need.
+    pub fn catch_up(&self, view: &ReadView) -> Result<Option<Trailing>> {
         let topic = self.base.def.topic();
-        (0..self.base.def.partitions.max(1))
-            .map(|p| {
-                let key = keys::source_offset_key(self.index.def.id, 0, p);
-                let read = match view.get(CF_STATE, &key)? {
-                    Some(bytes) => u64::from_be_bytes(
-                        bytes
-                            .as_slice()
-                            .try_into()
-                            .map_err(|_| Error::Internal("malformed index offset".into()))?,
-                    ),
-                    None => 0,
-                };
-                Ok((p, read, embedded::tail(view, topic, p)?.end))
-            })
-            .collect()
-    }
-
-    /// How many of the relation's changes the index has yet to read;
-    /// `u64::MAX` when some of them are no longer in the log.
-    pub fn trailing(&self, view: &ReadView) -> Result<u64> {
-        let mut trailing = 0u64;
-        for (partition, read, end) in self.progress(view)? {
-            if read < end && read < self.log_start(view, partition)? {
-                return Ok(u64::MAX);
+        let mut trailing = Vec::new();
+        let mut count = 0u64;
+        for partition in 0..self.base.def.partitions.max(1) {
+            let key = keys::source_offset_key(self.index.def.id, 0, partition);
+            let read = match view.get(CF_STATE, &key)? {
+                Some(bytes) => u64::from_be_bytes(
+                    bytes
+                        .as_slice()
+                        .try_into()
+                        .map_err(|_| Error::Internal("malformed index offset".into()))?,
+                ),
+                None => 0,
+            };
+            let end = embedded::tail(view, topic, partition)?.end;
+            if read >= end {
+                continue;
             }
-            trailing = trailing.saturating_add(end.saturating_sub(read));
+            if read < self.log_start(view, partition)? {
+                return Ok(None);
+            }
+            count += end - read;
+            trailing.push((partition, read));
         }
-        Ok(trailing)
+        let exact = count == 0 || (count <= MAX_TAIL && self.covers_all());
+        Ok(exact.then_some(Trailing(trailing)))
     }
 
     /// The first offset a partition of the relation's changelog still holds.
@@ -134,28 +147,19 @@ impl IndexRead {
         Ok(start)
     }
 
-    /// Whether a read through the index can be exact in this snapshot.
-    pub fn usable(&self, view: &ReadView) -> Result<bool> {
-        let trailing = self.trailing(view)?;
-        Ok(trailing == 0 || (trailing <= MAX_TAIL && self.covers_all()))
-    }
-
     /// The relation's rows under `ranges` of index keys (and perhaps some
-    /// more), in the relation's schema, as of `view`. Columns the index
-    /// does not hold come back NULL, or zero where NULL is not allowed.
+    /// more), in the relation's schema, as of `view`, where the index
+    /// trails as [`Self::catch_up`] found. Columns the index does not hold
+    /// come back NULL, or zero where NULL is not allowed.
     pub fn read(
         &self,
         view: &ReadView,
+        trailing: &Trailing,
         ranges: &[KeyRange],
         emit: &mut dyn FnMut(RecordBatch) -> bool,
     ) -> Result<()> {
-        let trailing: Vec<(u32, u64, u64)> = self
-            .progress(view)?
-            .into_iter()
-            .filter(|(_, read, end)| read < end)
-            .collect();
-        if trailing.is_empty() {
-            return self.scan(view, ranges, &mut |batch| emit(batch));
+        if trailing.0.is_empty() {
+            return self.scan(view, ranges, emit);
         }
         let mut held = Vec::new();
         self.scan(view, ranges, &mut |batch| {
@@ -168,19 +172,19 @@ impl IndexRead {
                 *counts.entry(row.data().to_vec()).or_default() += 1;
             }
         }
-        for (partition, read, _) in trailing {
-            let topic = self.base.def.topic();
-            embedded::read_partition(view, topic, partition, read, |_, chunk| {
+        let topic = self.base.def.topic();
+        for (partition, read) in &trailing.0 {
+            embedded::read_partition(view, topic, *partition, *read, |_, chunk| {
                 for entry in chunk.entries {
                     *counts.entry(entry.row.to_vec()).or_default() += entry.diff;
                 }
                 Ok(true)
             })?;
         }
-        let rows = counts
+        let rows: Vec<&[u8]> = counts
             .iter()
-            .flat_map(|(row, n)| std::iter::repeat_n(row.as_slice(), (*n).max(0) as usize));
-        let rows: Vec<&[u8]> = rows.collect();
+            .flat_map(|(row, n)| std::iter::repeat_n(row.as_slice(), (*n).max(0) as usize))
+            .collect();
         for part in rows.chunks(BATCH_ROWS) {
             if !emit(self.base.codec.decode(part.iter().copied())?) {
                 break;

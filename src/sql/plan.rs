@@ -762,12 +762,7 @@ impl<'a> Planner<'a> {
                 ));
             }
             let stream = self.node(&j.left)?;
-            let indexes = self
-                .catalog
-                .indexes_on(table.def.id)
-                .iter()
-                .map(|index| crate::dataflow::index_read::IndexRead::new(table.clone(), index))
-                .collect();
+            let indexes = crate::dataflow::index_read::IndexRead::all_of(self.catalog, &table);
             let lookup = Lookup {
                 table,
                 steps,

@@ -21,7 +21,7 @@ use futures::StreamExt;
 
 use crate::catalog::{Catalog, ObjectKind, Table};
 use crate::dataflow::errors::Failures;
-use crate::dataflow::index_read::{IndexRead, KeyRange};
+use crate::dataflow::index_read::{IndexRead, KeyRange, Trailing};
 use crate::dataflow::operators::materialize::expand_row;
 use crate::error::Error;
 use crate::log::embedded;
@@ -123,10 +123,10 @@ impl SchemaProvider for WeirSchema {
             return Err(Error::WrongObjectType(format!("\"{name}\" is an index")).into());
         }
         Ok(self.catalog.relation(name).map(|table| {
-            let indexes = self.catalog.indexes_on(table.def.id);
+            let indexes = IndexRead::all_of(&self.catalog, &table);
             let source = TableSource::new(table, self.store.clone(), self.writer.clone())
                 .with_failures(self.failures.clone())
-                .with_indexes(&indexes);
+                .with_indexes(indexes);
             Arc::new(source) as Arc<dyn TableProvider>
         }))
     }
@@ -166,11 +166,8 @@ impl TableSource {
         }
     }
 
-    pub fn with_indexes(mut self, indexes: &[Arc<crate::catalog::View>]) -> Self {
-        self.indexes = indexes
-            .iter()
-            .map(|index| IndexRead::new(self.table.clone(), index))
-            .collect();
+    pub fn with_indexes(mut self, indexes: Vec<IndexRead>) -> Self {
+        self.indexes = indexes;
         self
     }
 
@@ -178,10 +175,10 @@ impl TableSource {
     /// the scan wants, readable exactly in this snapshot, with its range.
     fn index_for(
         &self,
-        view: &ReadView,
+        view: &Arc<ReadView>,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
-    ) -> crate::Result<Option<(IndexRead, KeyRange)>> {
+    ) -> crate::Result<Option<IndexScan>> {
         let all: Vec<usize> = (0..self.table.def.columns.len()).collect();
         let wanted = projection.unwrap_or(&all);
         for read in &self.indexes {
@@ -197,8 +194,13 @@ impl TableSource {
             else {
                 continue;
             };
-            if read.usable(view)? {
-                return Ok(Some((read.clone(), (lower, upper))));
+            if let Some(trailing) = read.catch_up(view)? {
+                return Ok(Some(IndexScan {
+                    read: read.clone(),
+                    view: view.clone(),
+                    trailing,
+                    range: (lower, upper),
+                }));
             }
         }
         Ok(None)
@@ -284,20 +286,29 @@ impl TableProvider for TableSource {
         self.check_running()?;
         let view = statement_view(state, &self.store);
         let schema = self.table.schema.clone();
-        let by_key = !self.table.def.contents_in_log()
-            && !keyaccess::is_full(&keyaccess::plan(&self.table, filters)?);
-        if !by_key && let Some((read, range)) = self.index_for(&view, projection, filters)? {
+        // Read in the log, or kept by key, and then by which keys.
+        let access = match self.table.def.contents_in_log() {
+            true => None,
+            false => Some(keyaccess::plan(&self.table, filters)?),
+        };
+        let by_key = access.as_ref().is_some_and(|a| !keyaccess::is_full(a));
+        if !by_key && let Some(scan) = self.index_for(&view, projection, filters)? {
             let label = format!(
                 "IndexScan: index={} on {}",
-                read.index.def.name, self.table.def.name
+                scan.read.index.def.name, self.table.def.name
             );
-            let scan = Arc::new(IndexScan { read, view, range });
-            let exec =
-                StreamingTableExec::try_new(schema, vec![scan], projection, vec![], false, limit)?;
+            let exec = StreamingTableExec::try_new(
+                schema,
+                vec![Arc::new(scan)],
+                projection,
+                vec![],
+                false,
+                limit,
+            )?;
             return Ok(Arc::new(Labelled::new(Arc::new(exec), label)));
         }
-        let partitions: Vec<Arc<dyn PartitionStream>> = if self.table.def.contents_in_log() {
-            (0..self.table.def.partitions)
+        let partitions: Vec<Arc<dyn PartitionStream>> = match access {
+            None => (0..self.table.def.partitions)
                 .map(|p| {
                     Arc::new(LogScan {
                         table: self.table.clone(),
@@ -305,14 +316,12 @@ impl TableProvider for TableSource {
                         partition: p,
                     }) as Arc<dyn PartitionStream>
                 })
-                .collect()
-        } else {
-            let access = keyaccess::plan(&self.table, filters)?;
-            vec![Arc::new(RowScan {
+                .collect(),
+            Some(access) => vec![Arc::new(RowScan {
                 table: self.table.clone(),
                 view,
                 access,
-            })]
+            })],
         };
         let exec =
             StreamingTableExec::try_new(schema, partitions, projection, vec![], false, limit)?;
@@ -412,6 +421,7 @@ fn read_rows(
 struct IndexScan {
     read: IndexRead,
     view: Arc<ReadView>,
+    trailing: Trailing,
     range: KeyRange,
 }
 
@@ -423,9 +433,10 @@ impl PartitionStream for IndexScan {
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let read = self.read.clone();
         let view = self.view.clone();
+        let trailing = self.trailing.clone();
         let range = self.range.clone();
         spawn_reader(self.read.base.schema.clone(), move |emit| {
-            read.read(&view, std::slice::from_ref(&range), emit)
+            read.read(&view, &trailing, std::slice::from_ref(&range), emit)
         })
     }
 }

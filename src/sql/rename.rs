@@ -130,15 +130,15 @@ pub fn rename_in_text(text: &str, from: &str, to: &str) -> Result<Option<String>
 /// A `CREATE [MATERIALIZED] VIEW` statement's text reading `to` where it
 /// read `from`, if it read it, printed again from its parts.
 pub fn rename_in_view_definition(text: &str, from: &str, to: &str) -> Result<Option<String>> {
-    let mut create = match parser::parse(text)?.pop() {
+    let (mut create, materialized) = match parser::parse(text)?.pop() {
         Some(Statement::CreateView(create)) => (create, true),
         Some(Statement::CreateLogicalView(create)) => (create, false),
         _ => return Ok(None),
     };
-    if !rename_in_query(&mut create.0.query, from, to) {
+    if !rename_in_query(&mut create.query, from, to) {
         return Ok(None);
     }
-    Ok(Some(print_view(&create.0, create.1)))
+    Ok(Some(print_view(&create, materialized)))
 }
 
 fn print_view(create: &CreateView, materialized: bool) -> String {

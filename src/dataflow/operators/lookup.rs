@@ -116,8 +116,8 @@ impl LookupJoin {
     /// under `keys` when they are primary keys), stepped.
     fn current(&self, cx: &mut Context<'_>, keys: &[ArrayRef]) -> Result<RecordBatch> {
         let indexed = match &self.index {
-            Some(index) if self.point.is_none() => index.rows_under(cx, keys)?,
-            _ => None,
+            Some(index) => index.rows_under(cx, keys)?,
+            None => None,
         };
         let mut batch = match indexed {
             Some(batch) => batch,
@@ -527,13 +527,12 @@ fn index_lookup(lookup: &Lookup) -> Option<IndexLookup> {
         if !read.covers_all() {
             return None;
         }
-        let keys: Vec<usize> = read
-            .key_sources()
+        let sources = read.key_sources();
+        let keys: Vec<usize> = sources
             .iter()
             .map_while(|source| pinned.iter().position(|p| p == source))
             .collect();
-        let types = read
-            .key_sources()
+        let types = sources
             .iter()
             .take(keys.len())
             .map(|c| read.base.schema.field(*c).data_type().clone())
@@ -555,9 +554,9 @@ impl IndexLookup {
         stream_keys: &[ArrayRef],
     ) -> Result<Option<RecordBatch>> {
         let view = ReadView::new(cx.state.db().clone(), |db| db.snapshot());
-        if !self.read.usable(&view)? {
+        let Some(trailing) = self.read.catch_up(&view)? else {
             return Ok(None);
-        }
+        };
         let columns = self
             .keys
             .iter()
@@ -584,7 +583,7 @@ impl IndexLookup {
             })
             .collect();
         let mut batches = Vec::new();
-        self.read.read(&view, &ranges, &mut |batch| {
+        self.read.read(&view, &trailing, &ranges, &mut |batch| {
             batches.push(batch);
             true
         })?;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::catalog::{Emit, IndexDef, Object, ObjectKind, OnError, Storage, TableDef, ViewDef};
+use crate::catalog::{Emit, IndexDef, ObjectKind, OnError, Storage, TableDef, ViewDef};
 use crate::error::{Error, Result};
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::CreateIndex;
@@ -121,10 +121,7 @@ fn indexed(engine: &Engine, name: &str) -> Result<Arc<crate::catalog::Table>> {
             "permission denied: \"{name}\" is a system table"
         )));
     }
-    match object {
-        Object::Table(t) => Ok(t),
-        other => Ok(other.table().clone()),
-    }
+    Ok(object.table().clone())
 }
 
 /// The index's columns: its key columns, then the others it holds in the

@@ -77,22 +77,22 @@ pub fn indexes(engine: &Arc<Engine>, from: Option<&str>) -> Result<Output> {
         .objects()
         .into_iter()
         .filter_map(|o| match o {
-            Object::MaterializedView(v) => v.def.index.clone().map(|index| (v, index)),
+            Object::MaterializedView(v) => v.def.index.as_ref().map(|i| (i.on, v.clone())),
             _ => None,
         })
-        .filter(|(_, index)| on.is_none_or(|id| index.on == id))
-        .map(|(v, index)| {
-            let names = v.table.def.column_names();
+        .filter(|(indexed, _)| on.is_none_or(|id| *indexed == id))
+        .filter_map(|(indexed, v)| {
+            let (key, rest) = v.index_columns()?;
             let relation = engine
                 .catalog
-                .by_id(index.on)
+                .by_id(indexed)
                 .map(|o| o.def().name().to_string());
-            vec![
+            Some(vec![
                 Some(v.table.def.name.clone()),
                 relation,
-                Some(names[..index.key_columns].join(", ")),
-                Some(names[index.key_columns..].join(", ")),
-            ]
+                Some(key.join(", ")),
+                Some(rest.join(", ")),
+            ])
         })
         .collect();
     text_rows(objects_schema(ObjectKind::Index), rows, "SHOW")

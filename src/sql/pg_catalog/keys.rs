@@ -58,23 +58,21 @@ pub fn index_definition(catalog: &Catalog, oid: i32) -> Option<String> {
     let id = u64::try_from(i64::from(oid) - INDEX_BASE).ok()?;
     if let Some(Object::MaterializedView(view)) = catalog.by_id(id)
         && let Some(index) = &view.def.index
+        && let Some((key, rest)) = view.index_columns()
     {
         let base = catalog.by_id(index.on)?;
-        let names = view.table.def.column_names();
         let mut text = format!(
             "CREATE INDEX {} ON public.{} USING btree ({})",
             view.table.def.name,
             base.def().name(),
-            names[..index.key_columns].join(", ")
+            key.join(", ")
         );
         if index.partial_cover {
-            text.push_str(&format!(
-                " INCLUDE ({})",
-                names[index.key_columns..].join(", ")
-            ));
+            text.push_str(&format!(" INCLUDE ({})", rest.join(", ")));
         }
         return Some(text);
     }
+
     let (object, columns) = keyed_table(catalog, oid, INDEX_BASE)?;
     let def = &object.table().def;
     Some(format!(
@@ -130,11 +128,12 @@ pub fn made(catalog: &Catalog, object: &Object, oid: i32) -> Vec<Keyed> {
         .indexes_on(object.id())
         .iter()
         .filter_map(|view| {
-            let index = view.def.index.as_ref()?;
-            let key = view.table.def.columns[..index.key_columns]
+            let key = view
+                .index_columns()?
+                .0
                 .iter()
-                .map(|c| {
-                    let at = columns.iter().position(|b| b.name == c.name)?;
+                .map(|name| {
+                    let at = columns.iter().position(|b| b.name == *name)?;
                     i16::try_from(at + 1).ok()
                 })
                 .collect::<Option<Vec<i16>>>()?;
