@@ -43,6 +43,24 @@ pub struct Config {
     pub max_connections: usize,
     /// TLS for pgwire: a PEM certificate chain and its private key. Default none.
     pub tls: Option<Tls>,
+    /// This node's name in `SHOW CLUSTER` and in the cluster's topics.
+    /// Default: its advertised address.
+    pub node_name: String,
+    /// The pgwire address other nodes and clients reach this node at.
+    /// Default: the listen address, with the host's name for an unspecified IP.
+    pub advertise: String,
+    /// The partitions a cluster's work is split into: fixed when the
+    /// cluster's first node creates its topics. Default 12.
+    pub cluster_partitions: u32,
+    /// `--cluster NAME --kafka HOST:PORT`: the cluster this node joins. Default none.
+    pub cluster: Option<Cluster>,
+}
+
+/// The cluster a node joins, and the Kafka that coordinates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    pub name: String,
+    pub kafka: String,
 }
 
 /// `--tls-cert`, `--tls-key` and `--tls-required`.
@@ -117,6 +135,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1000;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:6544";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:6545";
 pub const DEFAULT_DATA_DIR: &str = "./weir-data";
+/// Divisible by 1, 2, 3, 4 and 6, so that small clusters share it evenly.
+pub const DEFAULT_CLUSTER_PARTITIONS: u32 = 12;
 
 /// Stack of every thread that parses, plans or evaluates statements and
 /// views. Syntax trees are walked recursively, and a statement as deep as
@@ -141,6 +161,10 @@ impl Default for Config {
             auth: Auth::LoopbackTrust,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             tls: None,
+            node_name: DEFAULT_LISTEN.into(),
+            advertise: DEFAULT_LISTEN.into(),
+            cluster_partitions: DEFAULT_CLUSTER_PARTITIONS,
+            cluster: None,
         }
     }
 }
@@ -166,6 +190,11 @@ pub struct Overrides {
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
     pub tls_required: Option<bool>,
+    pub cluster: Option<String>,
+    pub kafka: Option<String>,
+    pub node_name: Option<String>,
+    pub advertise_address: Option<String>,
+    pub cluster_partitions: Option<u32>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -187,6 +216,11 @@ struct FileConfig {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     tls_required: Option<bool>,
+    cluster: Option<String>,
+    kafka: Option<String>,
+    node_name: Option<String>,
+    advertise_address: Option<String>,
+    cluster_partitions: Option<u32>,
 }
 
 impl Config {
@@ -200,8 +234,20 @@ impl Config {
         let barrier_ms = overrides.barrier_interval_ms.or(file.barrier_interval_ms);
         let auth = auth(&overrides, &file)?;
         let tls = tls(&overrides, &file)?;
+        let cluster = cluster(&overrides, &file)?;
+        let listen = overrides.listen.or(file.listen).unwrap_or(defaults.listen);
+        let advertise = overrides
+            .advertise_address
+            .clone()
+            .or(file.advertise_address.clone())
+            .unwrap_or_else(|| advertised(listen));
+        let node_name = overrides
+            .node_name
+            .clone()
+            .or(file.node_name.clone())
+            .unwrap_or_else(|| advertise.clone());
         let config = Config {
-            listen: overrides.listen.or(file.listen).unwrap_or(defaults.listen),
+            listen,
             http_listen: overrides
                 .http_listen
                 .or(file.http_listen)
@@ -238,6 +284,13 @@ impl Config {
                 .unwrap_or(defaults.max_connections),
             auth,
             tls,
+            node_name,
+            advertise,
+            cluster_partitions: overrides
+                .cluster_partitions
+                .or(file.cluster_partitions)
+                .unwrap_or(defaults.cluster_partitions),
+            cluster,
         };
         if config.auth == Auth::LoopbackTrust && !config.listen.ip().is_loopback() {
             return Err(Error::Config(format!(
@@ -254,6 +307,7 @@ impl Config {
                 "default_partitions must be at least 1".into(),
             ));
         }
+        check_cluster_names(&config)?;
         Ok(config)
     }
 
@@ -316,6 +370,64 @@ fn tls(overrides: &Overrides, file: &FileConfig) -> Result<Option<Tls>> {
             "TLS needs both --tls-cert FILE and --tls-key FILE".into(),
         )),
     }
+}
+
+/// `--cluster` and `--kafka`, both or neither.
+fn cluster(overrides: &Overrides, file: &FileConfig) -> Result<Option<Cluster>> {
+    let name = overrides.cluster.clone().or(file.cluster.clone());
+    let kafka = overrides.kafka.clone().or(file.kafka.clone());
+    match (name, kafka) {
+        (Some(name), Some(kafka)) => Ok(Some(Cluster { name, kafka })),
+        (None, None) => Ok(None),
+        (Some(_), None) => Err(Error::Config(
+            "--cluster needs --kafka HOST:PORT, the Kafka that coordinates the cluster".into(),
+        )),
+        (None, Some(_)) => Err(Error::Config(
+            "--kafka names the Kafka of a cluster: add --cluster NAME".into(),
+        )),
+    }
+}
+
+/// The cluster's name becomes part of Kafka topic names, and the node's
+/// name a Kafka client id, so both keep to the characters those allow.
+fn check_cluster_names(config: &Config) -> Result<()> {
+    let topic_safe = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if let Some(cluster) = &config.cluster
+        && (cluster.name.is_empty()
+            || cluster.name.len() > 100
+            || !cluster.name.chars().all(topic_safe))
+    {
+        return Err(Error::Config(format!(
+            "invalid cluster name \"{}\": use 1 to 100 letters, digits, '.', '_' or '-'",
+            cluster.name
+        )));
+    }
+    let name_safe = |c: char| topic_safe(c) || c == ':';
+    if config.node_name.is_empty() || !config.node_name.chars().all(name_safe) {
+        return Err(Error::Config(format!(
+            "invalid node name \"{}\": use letters, digits, '.', '_', '-' or ':'",
+            config.node_name
+        )));
+    }
+    if config.cluster_partitions == 0 || config.cluster_partitions > 1024 {
+        return Err(Error::Config(
+            "cluster_partitions must be between 1 and 1024".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// The address to give others for a listen address: an unspecified IP
+/// (`0.0.0.0`) says nothing to a client, so the host's name stands in.
+fn advertised(listen: SocketAddr) -> String {
+    if !listen.ip().is_unspecified() {
+        return listen.to_string();
+    }
+    let host = rustix::system::uname()
+        .nodename()
+        .to_string_lossy()
+        .into_owned();
+    format!("{host}:{}", listen.port())
 }
 
 /// The first line of a password file, without its line ending.
@@ -413,6 +525,31 @@ mod tests {
         };
         let tls = Config::resolve(both, None).expect("resolve").tls;
         assert_eq!(tls.map(|t| t.required), Some(false));
+    }
+
+    #[test]
+    fn a_cluster_needs_its_kafka_and_names_fit_topics() {
+        let cluster = |name: &str, kafka: Option<&str>| Overrides {
+            cluster: Some(name.into()),
+            kafka: kafka.map(String::from),
+            ..Overrides::default()
+        };
+        let alone = Config::resolve(cluster("c", None), None).expect_err("refused");
+        assert!(alone.to_string().contains("--kafka"), "{alone}");
+        let bad = Config::resolve(cluster("a/b", Some("k:9092")), None).expect_err("refused");
+        assert!(bad.to_string().contains("invalid cluster name"), "{bad}");
+        let config = Config::resolve(cluster("c-1", Some("k:9092")), None).expect("resolve");
+        assert_eq!(config.node_name, "127.0.0.1:6544");
+        assert_eq!(config.cluster_partitions, 12);
+        let unspecified = Overrides {
+            listen: Some("0.0.0.0:7000".parse().expect("address")),
+            auth: Some(AuthMethod::Trust),
+            ..Overrides::default()
+        };
+        let advertised = Config::resolve(unspecified, None)
+            .expect("resolve")
+            .advertise;
+        assert!(advertised.ends_with(":7000") && !advertised.starts_with("0.0.0.0"));
     }
 
     #[test]

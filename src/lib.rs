@@ -44,12 +44,15 @@
 //! - [`log`]: topics of chunked, offset-addressed records, and the
 //!   group-commit writer that appends every table write to them.
 //! - [`state`]: RocksDB, key layout, row encoding, backups.
+//! - [`cluster`]: a node's membership of a cluster through Kafka: its
+//!   group, its partitions, the address book and the catalog log's topic.
 //! - [`admin`]: `weir backup` and `weir restore`, run beside a node.
 //!
 //! `docs/architecture.md` is the longer map.
 
 pub mod admin;
 pub mod catalog;
+pub mod cluster;
 pub mod config;
 pub mod connector;
 pub mod dataflow;
@@ -85,6 +88,7 @@ mod layout {
                 "connector",
                 "dataflow",
                 "catalog",
+                "cluster",
                 "log",
                 "state",
                 "config",
@@ -105,6 +109,7 @@ mod layout {
         ("log", &["state", "error"]),
         ("state", &["error"]),
         ("admin", &["catalog", "log", "state", "error"]),
+        ("cluster", &["error"]),
         ("config", &["error"]),
         ("telemetry", &[]),
         ("error", &[]),

@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start a node (the default when no command is given).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Copy a node's whole store, consistently, while it runs or not.
     Backup(BackupArgs),
     /// Make a new data directory from a backup.
@@ -123,6 +123,23 @@ struct ServeArgs {
     /// Refuse clients that do not use TLS (SQLSTATE 28000)
     #[arg(long, env = "WEIR_TLS_REQUIRED")]
     tls_required: bool,
+    /// Join the cluster of this name (needs --kafka): nodes share their
+    /// catalog through Kafka and list each other in SHOW CLUSTER
+    #[arg(long, env = "WEIR_CLUSTER", value_name = "NAME")]
+    cluster: Option<String>,
+    /// The Kafka that coordinates the cluster (with --cluster)
+    #[arg(long, env = "WEIR_KAFKA", value_name = "HOST:PORT")]
+    kafka: Option<String>,
+    /// This node's name in its cluster [default: its advertised address]
+    #[arg(long, env = "WEIR_NODE_NAME", value_name = "NAME")]
+    node_name: Option<String>,
+    /// The pgwire address other nodes and clients reach this node at
+    /// [default: the listen address]
+    #[arg(long, env = "WEIR_ADVERTISE_ADDRESS", value_name = "HOST:PORT")]
+    advertise_address: Option<String>,
+    /// Partitions the cluster's work is split into, fixed by its first node [default: 12]
+    #[arg(long, env = "WEIR_CLUSTER_PARTITIONS", value_name = "N")]
+    cluster_partitions: Option<u32>,
     /// How log lines are written to stderr: text or json (one object per line)
     #[arg(
         long,
@@ -141,7 +158,7 @@ fn main() -> anyhow::Result<()> {
     };
     let cli = Cli::parse();
     let args = match cli.command {
-        Some(Command::Serve(args)) => args,
+        Some(Command::Serve(args)) => *args,
         Some(Command::Backup(args)) => return backup(args),
         Some(Command::Restore(args)) => return restore(args),
         None => cli.serve,
@@ -170,6 +187,11 @@ fn main() -> anyhow::Result<()> {
         tls_cert: args.tls_cert,
         tls_key: args.tls_key,
         tls_required: args.tls_required.then_some(true),
+        cluster: args.cluster,
+        kafka: args.kafka,
+        node_name: args.node_name,
+        advertise_address: args.advertise_address,
+        cluster_partitions: args.cluster_partitions,
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -261,6 +283,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .start_views()
         .await
         .context("cannot start materialized views")?;
+    if let Some(cluster) = &config.cluster {
+        engine.join_cluster().await.with_context(|| {
+            format!(
+                "cannot join cluster {} through the Kafka at {}",
+                cluster.name, cluster.kafka
+            )
+        })?;
+    }
     if config.auth == Auth::Trust && !config.listen.ip().is_loopback() {
         tracing::warn!(
             listen = %config.listen,
@@ -278,7 +308,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .context("cannot write the node file into the data directory")?;
     let http_tls = weir::server::http_tls(&config).context("cannot set up TLS")?;
     let http = tokio::spawn(weir::server::http::run(engine.clone(), http, http_tls));
-    weir::server::run(engine, listener, shutdown_signal()).await?;
+    weir::server::run(engine.clone(), listener, shutdown_signal()).await?;
+    engine.leave_cluster();
     http.abort();
     let _ = http.await;
     weir::admin::remove_node_file(&config.data_dir);

@@ -184,6 +184,16 @@ pub struct SinkDef {
     pub connector: ConnectorDef,
     /// The statement as the user wrote it, for SHOW CREATE.
     pub definition: String,
+    /// In a cluster, the node that writes it: the one it was created on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+}
+
+impl SinkDef {
+    /// Whether the node of this name writes the sink.
+    pub fn runs_on(&self, node: &str) -> bool {
+        self.node.as_deref().is_none_or(|home| home == node)
+    }
 }
 
 /// What stands in for a secret wherever a definition is shown.

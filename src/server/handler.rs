@@ -428,6 +428,7 @@ impl QueryHandler {
         client: &mut C,
         session: &mut Session,
         statement: Statement,
+        text: &str,
         params: Option<&datafusion::common::ParamValues>,
         format: &Format,
     ) -> PgWireResult<Response>
@@ -440,7 +441,7 @@ impl QueryHandler {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         session.progress = Some(tx);
         let output = {
-            let execute = session::execute(&self.engine, session, statement, params);
+            let execute = session::execute(&self.engine, session, statement, text, params);
             tokio::pin!(execute);
             loop {
                 tokio::select! {
@@ -717,16 +718,23 @@ impl SimpleQueryHandler for QueryHandler {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let statements = match wire::parse(query) {
+        let statements = match wire::parse_texts(query) {
             Ok(statements) => statements,
             Err(e) => return Err(to_pg_error(e)),
         };
         let shared = session_of(client);
         let mut session = shared.lock().await;
         let mut responses = Vec::with_capacity(statements.len());
-        for statement in statements {
+        for (text, statement) in statements {
             let result = self
-                .run(client, &mut session, statement, None, &Format::UnifiedText)
+                .run(
+                    client,
+                    &mut session,
+                    statement,
+                    &text,
+                    None,
+                    &Format::UnifiedText,
+                )
                 .await;
             send_notices(client, &mut session).await?;
             match result {
@@ -747,6 +755,8 @@ impl SimpleQueryHandler for QueryHandler {
 #[derive(Debug, Clone)]
 pub struct Prepared {
     statement: Statement,
+    /// The statement as the client wrote it.
+    text: String,
     parameter_types: Vec<Option<DataType>>,
     schema: Option<SchemaRef>,
 }
@@ -788,6 +798,7 @@ impl QueryParser for StatementParser {
         let (parameter_types, schema) = described.map_err(to_pg_error)?;
         Ok(Some(Prepared {
             statement,
+            text: sql.to_string(),
             parameter_types,
             schema,
         }))
@@ -898,6 +909,7 @@ impl ExtendedQueryHandler for QueryHandler {
                 client,
                 &mut session,
                 prepared.statement.clone(),
+                &prepared.text,
                 params.as_ref(),
                 &portal.result_column_format,
             )

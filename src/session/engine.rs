@@ -43,6 +43,8 @@ pub struct Engine {
     /// The runtime the node started on: work that outlives a statement runs
     /// there, not on the thread of the connection that started it.
     pub(super) background: tokio::runtime::Handle,
+    /// The cluster this node joined, once it has.
+    pub(super) cluster: std::sync::OnceLock<Arc<super::cluster::Replication>>,
 }
 
 /// Counters exported on `/metrics`.
@@ -115,6 +117,23 @@ impl Engine {
     /// Where COPY change streams run.
     pub fn streams(&self) -> &super::streams::Streams {
         &self.streams
+    }
+
+    /// The cluster this node is a member of, if any.
+    pub fn cluster(&self) -> Option<&Arc<super::cluster::Replication>> {
+        self.cluster.get()
+    }
+
+    /// Joins the configured cluster and catches up with its catalog.
+    pub async fn join_cluster(self: &Arc<Self>) -> Result<()> {
+        super::cluster::join(self).await
+    }
+
+    /// Leaves the cluster's group, so that the others take over at once.
+    pub fn leave_cluster(&self) {
+        if let Some(replication) = self.cluster() {
+            replication.cluster.leave();
+        }
     }
 
     /// Objects in the catalog.
@@ -202,6 +221,7 @@ impl Engine {
             streams,
             connectors: Default::default(),
             background: tokio::runtime::Handle::current(),
+            cluster: std::sync::OnceLock::new(),
         }))
     }
 
@@ -252,7 +272,9 @@ impl Engine {
             }
         }
         for sink in self.catalog.sinks() {
-            self.connectors.start_sink(&self.node, sink, None);
+            if sink.runs_on(&self.config.node_name) {
+                self.connectors.start_sink(&self.node, sink, None);
+            }
         }
     }
 

@@ -1,5 +1,6 @@
 //! Statements: per-connection state, and the engine every connection shares.
 
+pub mod cluster;
 mod engine;
 pub mod handlers;
 mod observe;
@@ -138,6 +139,9 @@ pub struct Session {
     pub cursors: BTreeMap<String, handlers::subscribe::Cursor>,
     /// Inside `BEGIN ... COMMIT`: cursors may be declared, and close at its end.
     pub in_transaction: bool,
+    /// The node that sent the statement this session applies from the
+    /// cluster's catalog log; `None` for a client's own session.
+    pub origin: Option<String>,
 }
 
 impl Session {
@@ -248,16 +252,17 @@ pub fn parse_seq(value: &str) -> crate::Result<u64> {
     })
 }
 
-/// Run one statement.
+/// Run one statement; `text` is how the client wrote it.
 pub async fn execute(
     engine: &Arc<Engine>,
     session: &mut Session,
     statement: Statement,
+    text: &str,
     params: Option<&ParamValues>,
 ) -> Result<Output> {
     use tracing::Instrument;
     let timeout = session.statement_timeout();
-    let run = handlers::dispatch(engine, session, statement, params)
+    let run = route(engine, session, statement, text, params)
         .instrument(tracing::debug_span!("statement"));
     let Some(limit) = timeout else {
         return run.await;
@@ -282,6 +287,28 @@ pub async fn execute(
         }),
         Ok(output) => output,
         Err(_) => Err(crate::Error::StatementTimeout),
+    }
+}
+
+/// In a cluster, a statement that changes the catalog goes through the
+/// cluster's catalog log; everything else runs here.
+async fn route(
+    engine: &Arc<Engine>,
+    session: &mut Session,
+    statement: Statement,
+    text: &str,
+    params: Option<&ParamValues>,
+) -> Result<Output> {
+    match engine.cluster() {
+        Some(replication) if cluster::replicated(&statement) => {
+            if params.is_some() {
+                return Err(crate::Error::NotSupported(
+                    "parameters in a statement that changes the catalog of a cluster".into(),
+                ));
+            }
+            replication.propose(session, text).await
+        }
+        _ => handlers::dispatch(engine, session, statement, params).await,
     }
 }
 

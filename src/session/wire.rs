@@ -12,7 +12,7 @@ use crate::error::Result;
 
 pub use crate::sql::datetime::{is_datetime, parse as parse_datetime, parse_zone};
 pub use crate::sql::functions::SERVER_VERSION;
-pub use crate::sql::parser::{Statement, parse};
+pub use crate::sql::parser::{Statement, parse, parse_texts};
 pub use crate::sql::text::render;
 
 /// Whether describing the statement needs the session's state (a FETCH

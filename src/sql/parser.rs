@@ -50,6 +50,8 @@ pub enum Statement {
     CreateTable(CreateTable),
     Drop(Drop),
     Show(ObjectKind),
+    /// `SHOW CLUSTER`: the nodes and the partitions each owns.
+    ShowCluster,
     ShowCreate {
         kind: ObjectKind,
         name: String,
@@ -213,13 +215,21 @@ pub enum Transaction {
 
 /// Split and parse a query string into statements.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
+    Ok(parse_texts(sql)?.into_iter().map(|(_, s)| s).collect())
+}
+
+/// Split and parse a query string into statements, each with its text.
+pub fn parse_texts(sql: &str) -> Result<Vec<(String, Statement)>> {
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
         .tokenize_with_location()
         .map_err(|e| Error::Syntax(format!("syntax error: {e}")))?;
     split(tokens)
         .into_iter()
         .filter(|t| t.iter().any(|t| !is_space(&t.token)))
-        .map(parse_one)
+        .map(|tokens| {
+            let text = text_of(&tokens);
+            parse_one(tokens).map(|statement| (text, statement))
+        })
         .collect()
 }
 
@@ -436,6 +446,7 @@ fn show(rest: &[&str], tokens: &[TokenWithSpan]) -> Statement {
         ["MATERIALIZED", "VIEWS", ..] => Statement::Show(ObjectKind::MaterializedView),
         ["INDEXES", ..] => index::show_indexes(tokens),
         ["LATE", "EVENTS", ..] => Statement::ShowLateEvents,
+        ["CLUSTER"] => Statement::ShowCluster,
         _ => {
             let name = tokens
                 .iter()

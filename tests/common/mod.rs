@@ -265,10 +265,19 @@ impl Drop for TestServer {
 
 /// Every row of a query as text, columns joined by `|`, NULL as `NULL`.
 pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String> {
-    client
-        .simple_query(sql)
+    try_text_rows(client, sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"))
+}
+
+/// [`text_rows`], or the error the query met.
+pub async fn try_text_rows(
+    client: &tokio_postgres::Client,
+    sql: &str,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    Ok(client
+        .simple_query(sql)
+        .await?
         .into_iter()
         .filter_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(row) => Some(
@@ -279,7 +288,7 @@ pub async fn text_rows(client: &tokio_postgres::Client, sql: &str) -> Vec<String
             ),
             _ => None,
         })
-        .collect()
+        .collect())
 }
 
 pub mod kafka;

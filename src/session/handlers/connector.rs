@@ -86,13 +86,30 @@ pub async fn create_sink(
         from: from.def.id,
         connector: create.connector,
         definition: crate::catalog::redacted(&create.text),
+        node: sink_node(engine, session),
     };
+    if !def.runs_on(&engine.config.node_name) {
+        engine.catalog.create_sink(def)?;
+        return Ok(Output::command("CREATE SINK"));
+    }
     let opened = connector::kafka::open_sink_stream(&engine.node, &from, None)?;
     engine.catalog.create_sink(def.clone())?;
     engine
         .connectors
         .start_sink(&engine.node, def, Some(opened));
     Ok(Output::command("CREATE SINK"))
+}
+
+/// In a cluster one node writes a sink, the one it was sent to: every node
+/// writing it would repeat each change once per node.
+fn sink_node(engine: &Engine, session: &Session) -> Option<String> {
+    engine.cluster()?;
+    Some(
+        session
+            .origin
+            .clone()
+            .unwrap_or_else(|| engine.config.node_name.clone()),
+    )
 }
 
 /// The table, source or materialized view a sink reads, and whether it never retracts.

@@ -69,6 +69,7 @@ pub async fn dispatch(
         }
         Statement::Show(kind) => show::objects(engine, kind),
         Statement::ShowIndexes(from) => show::indexes(engine, from.as_deref()),
+        Statement::ShowCluster => show::cluster(engine),
         Statement::ShowCreate { kind, name } => show::create(engine, kind, &name),
         Statement::ShowVariable(name) => show::variable(session, &name),
         Statement::ShowLateEvents => query::run(engine, &show::late_events_query()?, None).await,
@@ -285,6 +286,7 @@ pub async fn describe(
             columns(show::text_lines_schema())
         }
         Statement::ShowCreate { .. } => columns(show::create_schema()),
+        Statement::ShowCluster => columns(show::cluster_schema()),
         Statement::ShowVariable(name) => columns(show::variable_schema(name)),
         Statement::ShowLateEvents => query::describe(engine, &show::late_events_query()?).await,
         Statement::Describe(_) => columns(show::describe_schema()),

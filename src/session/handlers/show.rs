@@ -113,11 +113,19 @@ fn sinks(engine: &Arc<Engine>) -> Result<Output> {
                 Some(sink.name.clone()),
                 from,
                 Some(sink.connector.connector.to_string()),
-                Some(super::connector::status(engine, sink.id)),
+                Some(sink_status(engine, &sink)),
             ]
         })
         .collect();
     text_rows(objects_schema(ObjectKind::Sink), rows, "SHOW")
+}
+
+/// A sink another node of the cluster writes says which.
+fn sink_status(engine: &Arc<Engine>, sink: &crate::catalog::SinkDef) -> String {
+    match &sink.node {
+        Some(node) if !sink.runs_on(&engine.config().node_name) => format!("runs on {node}"),
+        _ => super::connector::status(engine, sink.id),
+    }
 }
 
 /// SHOW TABLES and friends; materialized views also show how far they have read their inputs.
@@ -323,4 +331,50 @@ fn default_variable(name: &str) -> Option<&'static str> {
         "application_name" => "",
         _ => return None,
     })
+}
+
+pub fn cluster_schema() -> SchemaRef {
+    text_schema(&["Node", "Address", "HTTP Address", "Partitions", "Is Self"])
+}
+
+/// SHOW CLUSTER: the live nodes and the partitions each owns. A node on
+/// its own is a cluster of one that owns every partition.
+pub fn cluster(engine: &Arc<Engine>) -> Result<Output> {
+    let config = engine.config();
+    let rows = match engine.cluster() {
+        None => {
+            let all: Vec<i32> = (0..config.cluster_partitions as i32).collect();
+            vec![vec![
+                Some(config.node_name.clone()),
+                Some(config.advertise.clone()),
+                Some(config.http_listen.to_string()),
+                Some(partition_list(&all)),
+                Some("true".into()),
+            ]]
+        }
+        Some(replication) => replication
+            .cluster
+            .members()
+            .into_iter()
+            .map(|member| {
+                let is_self = member.info.node == config.node_name;
+                vec![
+                    Some(member.info.node),
+                    Some(member.info.address),
+                    Some(member.info.http_address),
+                    Some(partition_list(&member.partitions)),
+                    Some(is_self.to_string()),
+                ]
+            })
+            .collect(),
+    };
+    text_rows(cluster_schema(), rows, "SHOW")
+}
+
+fn partition_list(partitions: &[i32]) -> String {
+    partitions
+        .iter()
+        .map(i32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }

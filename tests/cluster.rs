@@ -1,0 +1,350 @@
+//! Several weir nodes as one cluster, on loopback, against the test broker:
+//! membership and partitions in SHOW CLUSTER, DDL made on any node applied
+//! on every node in one order, a node killed and restarted catching up,
+//! and views over a Kafka source agreeing on every node.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+use common::kafka;
+use common::text_rows as rows;
+
+const PARTITIONS: i32 = 12;
+
+fn node(cluster: &str, bootstrap: &str, name: &str) -> TestServer {
+    TestServer::start_with(&[
+        "--cluster".into(),
+        cluster.into(),
+        "--kafka".into(),
+        bootstrap.into(),
+        "--node-name".into(),
+        name.into(),
+    ])
+}
+
+/// Polls until `check` holds for a query's rows: membership follows
+/// heartbeats and the source reads on its own, so tests wait for an outcome.
+async fn wait_until(
+    client: &tokio_postgres::Client,
+    sql: &str,
+    what: &str,
+    check: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // An object another node made may not have reached this one yet.
+        let got = common::try_text_rows(client, sql).await.unwrap_or_default();
+        if check(&got) {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sql}: waited for {what}, still {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// SHOW CLUSTER's rows as node → partitions.
+fn listing(rows: &[String]) -> BTreeMap<String, Vec<i32>> {
+    rows.iter()
+        .map(|row| {
+            let fields: Vec<&str> = row.split('|').collect();
+            let partitions = fields[3]
+                .split(',')
+                .filter(|p| !p.is_empty())
+                .map(|p| p.parse().expect("a partition"))
+                .collect();
+            (fields[0].to_string(), partitions)
+        })
+        .collect()
+}
+
+/// The nodes are exactly `names`, and their partitions split 0..12.
+fn split_among(rows: &[String], names: &[&str]) -> bool {
+    let nodes = listing(rows);
+    let all: Vec<i32> = nodes.values().flatten().copied().collect();
+    let distinct: BTreeSet<i32> = all.iter().copied().collect();
+    nodes.keys().map(String::as_str).eq(names.iter().copied())
+        && all.len() == PARTITIONS as usize
+        && distinct == (0..PARTITIONS).collect()
+}
+
+fn event(i: i64) -> Vec<u8> {
+    format!(
+        r#"{{"k": {}, "v": {i}, "at": "2024-01-01 00:{:02}:{:02}"}}"#,
+        i % 5,
+        i / 60,
+        i % 60
+    )
+    .into_bytes()
+}
+
+async fn produce(bootstrap: &str, topic: &str, events: std::ops::Range<i64>) {
+    let payloads: Vec<Vec<u8>> = events.clone().map(event).collect();
+    let records: Vec<kafka::Outgoing> = payloads
+        .iter()
+        .zip(events)
+        .map(|(p, i)| (None, Some(p.as_slice()), Some((i % 6) as i32)))
+        .collect();
+    kafka::produce(bootstrap, topic, &records).await;
+}
+
+/// What `totals` holds after events 0..n: `k|count|sum` by k.
+fn recount(n: i64) -> Vec<String> {
+    let mut by_key: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for i in 0..n {
+        let entry = by_key.entry(i % 5).or_default();
+        entry.0 += 1;
+        entry.1 += i;
+    }
+    by_key
+        .into_iter()
+        .map(|(k, (count, sum))| format!("{k}|{count}|{sum}"))
+        .collect()
+}
+
+async fn sqlstate(client: &tokio_postgres::Client, sql: &str) -> String {
+    let e = client.batch_execute(sql).await.expect_err(sql);
+    e.as_db_error()
+        .map(|d| d.code().code().to_string())
+        .unwrap_or_else(|| panic!("{sql}: not a database error: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_nodes_share_a_catalog_and_survive_a_kill() {
+    let bootstrap = kafka::bootstrap();
+    let cluster = kafka::unique_topic("c");
+    let topic = kafka::unique_topic("events");
+    let sink_topic = kafka::unique_topic("totals");
+    kafka::create_topic(&bootstrap, &topic, 6).await;
+    kafka::create_topic(&bootstrap, &sink_topic, 3).await;
+    let n1 = node(&cluster, &bootstrap, "n1");
+    let n2 = node(&cluster, &bootstrap, "n2");
+    let mut n3 = node(&cluster, &bootstrap, "n3");
+    let (c1, c2) = (n1.connect().await, n2.connect().await);
+    let c3 = n3.connect().await;
+    for client in [&c1, &c2, &c3] {
+        wait_until(client, "SHOW CLUSTER", "three nodes", |r| {
+            split_among(r, &["n1", "n2", "n3"])
+        })
+        .await;
+    }
+    let me: Vec<String> = rows(&c2, "SHOW CLUSTER")
+        .await
+        .into_iter()
+        .filter(|r| r.ends_with("|true"))
+        .collect();
+    assert_eq!(me.len(), 1);
+    assert!(
+        me[0].starts_with(&format!("n2|127.0.0.1:{}|", n2.port)),
+        "{me:?}"
+    );
+
+    c1.batch_execute(&format!(
+        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP, \
+           WATERMARK FOR at AS at - INTERVAL '1' SECOND) \
+         WITH (connector = 'kafka', topic = '{topic}', \
+           properties.bootstrap.server = '{bootstrap}') FORMAT PLAIN ENCODE JSON;
+         CREATE MATERIALIZED VIEW totals AS \
+           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
+         CREATE MATERIALIZED VIEW per_minute AS \
+           SELECT window_start, count(*) AS n FROM TUMBLE(events, at, INTERVAL '1' MINUTE) \
+           GROUP BY window_start EMIT ON WINDOW CLOSE"
+    ))
+    .await
+    .expect("DDL on n1");
+    // n2 follows the log on its own: it learns of the views when it reads that far.
+    wait_until(&c2, "SHOW MATERIALIZED VIEWS", "the views", |r| {
+        r.len() == 2
+    })
+    .await;
+    assert_eq!(
+        sqlstate(&c2, "CREATE MATERIALIZED VIEW totals AS SELECT 1 AS one").await,
+        "42P07"
+    );
+
+    // Two nodes create one name at once: the log orders them, one wins.
+    let (a, b) = tokio::join!(
+        c2.batch_execute("CREATE TABLE race (a INT)"),
+        c3.batch_execute("CREATE TABLE race (b TEXT)")
+    );
+    assert!(
+        a.is_ok() != b.is_ok(),
+        "exactly one create wins: {a:?} {b:?}"
+    );
+    let loser = a.err().or(b.err()).expect("one failed");
+    assert_eq!(loser.code().map(|c| c.code()), Some("42P07"));
+    let columns = "SELECT column_name FROM information_schema.columns WHERE table_name = 'race'";
+    let winner = rows(&c1, columns).await;
+    for client in [&c2, &c3] {
+        wait_until(client, columns, "the winner's table", |r| r == winner).await;
+    }
+
+    produce(&bootstrap, &topic, 0..90).await;
+    for client in [&c1, &c2, &c3] {
+        wait_until(
+            client,
+            "SELECT * FROM totals ORDER BY k",
+            "the recount",
+            |r| r == recount(90),
+        )
+        .await;
+    }
+
+    n3.kill();
+    wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
+        split_among(r, &["n1", "n2"])
+    })
+    .await;
+    // DDL while n3 is down, which it applies when it returns; the sink is
+    // written by n1, where it was sent, and by no node that learns of it later.
+    c2.batch_execute("CREATE MATERIALIZED VIEW busy AS SELECT k FROM totals WHERE n > 20")
+        .await
+        .expect("a view");
+    c1.batch_execute(&format!(
+        "CREATE SINK totals_out FROM totals WITH (connector = 'kafka', \
+           topic = '{sink_topic}', properties.bootstrap.server = '{bootstrap}') \
+           FORMAT UPSERT ENCODE JSON"
+    ))
+    .await
+    .expect("a sink");
+    produce(&bootstrap, &topic, 90..150).await;
+
+    n3.restart();
+    let c3 = n3.connect().await;
+    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
+        split_among(r, &["n1", "n2", "n3"])
+    })
+    .await;
+    assert_eq!(
+        rows(&c3, "SHOW SINKS").await,
+        ["totals_out|totals|kafka|runs on n1"]
+    );
+    for client in [&c1, &c2, &c3] {
+        wait_until(
+            client,
+            "SELECT * FROM totals ORDER BY k",
+            "the recount",
+            |r| r == recount(150),
+        )
+        .await;
+        wait_until(
+            client,
+            "SELECT * FROM busy ORDER BY k",
+            "the new view",
+            |r| r == ["0", "1", "2", "3", "4"],
+        )
+        .await;
+        client.batch_execute("FLUSH").await.expect("flush");
+    }
+    let minutes = rows(&c1, "SELECT * FROM per_minute ORDER BY 1").await;
+    assert_eq!(
+        minutes,
+        ["2024-01-01 00:00:00|60", "2024-01-01 00:01:00|60"],
+        "closed minutes"
+    );
+    for client in [&c2, &c3] {
+        assert_eq!(
+            rows(client, "SELECT * FROM per_minute ORDER BY 1").await,
+            minutes
+        );
+    }
+    assert_sink_written_once(&bootstrap, &sink_topic).await;
+}
+
+/// Only n1 writes the sink: per partition the (epoch, sequence) headers
+/// run without repeats, and the last value per key is the recount.
+async fn assert_sink_written_once(bootstrap: &str, topic: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let records = kafka::consume_all(bootstrap, topic, false, Duration::from_secs(10)).await;
+        let mut last: BTreeMap<i32, (u64, u64)> = BTreeMap::new();
+        let mut values = BTreeMap::new();
+        for r in &records {
+            let header = |name: &str| -> u64 {
+                let (_, v) = r.headers.iter().find(|(k, _)| k == name).expect(name);
+                String::from_utf8_lossy(v).parse().expect(name)
+            };
+            let place = (header("weir.epoch"), header("weir.seq"));
+            if let Some(before) = last.insert(r.partition, place) {
+                assert!(
+                    place > before,
+                    "partition {}: {before:?} then {place:?}",
+                    r.partition
+                );
+            }
+            let key = String::from_utf8_lossy(r.key.as_deref().unwrap_or_default()).into_owned();
+            let value: serde_json::Value =
+                serde_json::from_slice(r.value.as_deref().unwrap_or(b"null")).expect("JSON");
+            values.insert(key, value);
+        }
+        let got: Vec<String> = values
+            .values()
+            .map(|v| format!("{}|{}|{}", v["k"], v["n"], v["total"]))
+            .collect();
+        if got == recount(150) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "sink holds {got:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_that_ran_alone_does_not_join_a_cluster() {
+    let bootstrap = kafka::bootstrap();
+    let mut alone = TestServer::start();
+    alone
+        .connect()
+        .await
+        .batch_execute("CREATE TABLE mine (a INT)")
+        .await
+        .expect("create");
+    assert!(alone.terminate());
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .arg("--http-listen")
+        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .arg("--data-dir")
+        .arg(alone.data_dir())
+        .args(["--cluster", "elsewhere", "--kafka", &bootstrap])
+        .env("WEIR_LOG", "error")
+        .output()
+        .expect("run weir");
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("ran on its own"), "{said}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cluster_flags_come_in_pairs_and_a_lone_node_is_a_cluster_of_one() {
+    for args in [&["--cluster", "c"][..], &["--kafka", "127.0.0.1:9092"][..]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("serve")
+            .args(args)
+            .output()
+            .expect("run weir");
+        assert!(!output.status.success());
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            said.contains("--cluster") && said.contains("--kafka"),
+            "{said}"
+        );
+    }
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let rows = rows(&client, "SHOW CLUSTER").await;
+    let address = format!("127.0.0.1:{}", server.port);
+    assert_eq!(
+        rows,
+        [format!(
+            "{address}|{address}|127.0.0.1:{}|0,1,2,3,4,5,6,7,8,9,10,11|true",
+            server.http_port
+        )]
+    );
+}
