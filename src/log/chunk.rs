@@ -77,16 +77,60 @@ where
         .clone()
         .map(|(_, row)| RECORD_HEAD + row.len())
         .sum();
-    let mut out = Vec::with_capacity(4 + body + 1 + 8 + 1 + 17);
-    out.extend_from_slice(&[0u8; 4]);
-    let mut count: u32 = 0;
+    let mut out = ChunkBody::with_capacity(body + TRAILER_BYTES);
     for (diff, row) in entries {
-        out.extend_from_slice(&diff.to_le_bytes());
-        out.extend_from_slice(&(row.len() as u32).to_le_bytes());
-        out.extend_from_slice(row);
-        count += 1;
+        out.push(diff, row);
     }
-    out[..4].copy_from_slice(&count.to_le_bytes());
+    let mut out = out.finish();
+    push_trailer(&mut out, watermark, stamp);
+    out
+}
+
+/// The most bytes [`push_trailer`] adds.
+pub const TRAILER_BYTES: usize = 1 + 8 + 1 + 17;
+
+/// A chunk's count and records, built a record at a time: what
+/// [`encode_chunk`] writes before the trailer, for writers that keep no
+/// list of their rows.
+#[derive(Debug)]
+pub struct ChunkBody {
+    bytes: Vec<u8>,
+    count: u32,
+}
+
+impl ChunkBody {
+    /// An empty body with room for `bytes` of records.
+    pub fn with_capacity(bytes: usize) -> ChunkBody {
+        let mut body = Vec::with_capacity(4 + bytes);
+        body.extend_from_slice(&[0u8; 4]);
+        ChunkBody {
+            bytes: body,
+            count: 0,
+        }
+    }
+
+    pub fn push(&mut self, diff: i64, row: &[u8]) {
+        self.bytes.extend_from_slice(&diff.to_le_bytes());
+        self.bytes
+            .extend_from_slice(&(row.len() as u32).to_le_bytes());
+        self.bytes.extend_from_slice(row);
+        self.count += 1;
+    }
+
+    /// Records so far.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The body's bytes, its count filled in.
+    pub fn finish(mut self) -> Vec<u8> {
+        self.bytes[..4].copy_from_slice(&self.count.to_le_bytes());
+        self.bytes
+    }
+}
+
+/// Ends a chunk body with its watermark and stamp, either of them optional.
+pub fn push_trailer(out: &mut Vec<u8>, watermark: Option<i64>, stamp: Option<Stamp>) {
     if let Some(watermark) = watermark {
         out.push(WATERMARK_TAG);
         out.extend_from_slice(&watermark.to_le_bytes());
@@ -97,7 +141,6 @@ where
         out.extend_from_slice(&stamp.time.to_le_bytes());
         out.push(u8::from(stamp.compacted));
     }
-    out
 }
 
 /// The number of records in an encoded chunk.

@@ -3,7 +3,8 @@
 //! keyed by topic, partition and the chunk's first offset.
 
 pub use super::chunk::{
-    CHUNK_ROWS, Chunk, ChunkEntry, Stamp, chunk_head, chunk_len, decode_chunk, encode_chunk,
+    CHUNK_ROWS, Chunk, ChunkBody, ChunkEntry, Stamp, TRAILER_BYTES, chunk_head, chunk_len,
+    decode_chunk, encode_chunk, push_trailer,
 };
 use super::chunk::{corrupt, head};
 use crate::error::Result;

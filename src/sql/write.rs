@@ -19,7 +19,26 @@ pub fn stage_batches(table: &Arc<Table>, batches: &[RecordBatch], stage: &mut St
     if batches.iter().all(|b| b.num_rows() == 0) {
         return Ok(());
     }
+    if table.def.contents_in_log() {
+        return stage_appended(table, batches, stage);
+    }
     NewRows::encode(table, batches)?.stage(table, stage)
+}
+
+/// Rows that only go to the log are encoded batch by batch straight into
+/// the stage's chunks, without a copy of each row of their own.
+fn stage_appended(table: &Table, batches: &[RecordBatch], stage: &mut Stage) -> Result<()> {
+    refuse_system(table)?;
+    for batch in batches {
+        check_not_null(table, batch)?;
+    }
+    let watermark = table.watermark_of(batches)?;
+    for batch in batches {
+        let rows = table.codec.encode_rows(batch)?;
+        stage.push_appended(rows.iter().map(|r| r.data()))?;
+    }
+    stage.raise_watermark(watermark);
+    Ok(())
 }
 
 /// Write a statement's rows to a table; returns how many were inserted.

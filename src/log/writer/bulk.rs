@@ -3,7 +3,10 @@
 //!
 //! A [`Stage`] is a directory under `copy/` in the store's directory. While
 //! the client sends data, each encoded part is appended to its `stage`
-//! file: keyed rows sorted by key (a sorted run), other rows in data order.
+//! file: keyed rows sorted by key (a sorted run), other rows in data order;
+//! rows of an append-only table as the bodies of the log chunks they will
+//! be, since only a chunk's key (its first offset) and trailer (watermark,
+//! commit stamp) depend on the commit.
 //! Nothing of it is in RocksDB, so no reader can see it, and a COPY that
 //! fails, is cancelled or loses its client just removes the directory.
 //!
@@ -12,7 +15,8 @@
 //! 1. the runs are read back (merged by key for keyed tables, which finds
 //!    duplicate keys as neighbours; keys not beyond the table's last row
 //!    are looked up in the store) and written with their final keys, log
-//!    offsets and commit stamp into SST files beside the stage;
+//!    offsets and commit stamp into SST files beside the stage (an
+//!    append-only table's chunk bodies only get their keys and trailers);
 //! 2. one small write, synced like any group, advances the commit sequence
 //!    and records a marker naming the directory: the commit point;
 //! 3. the SST files are ingested, the log's first and then the rows';
@@ -38,7 +42,9 @@ use super::offsets::Offsets;
 use super::producer::{Producer, put_sequences};
 use super::request::{KeyedRow, Target, WriteOp, duplicate};
 use crate::error::{Error, Result};
-use crate::log::embedded::{CHUNK_ROWS, Stamp, encode_chunk};
+use crate::log::embedded::{
+    CHUNK_ROWS, ChunkBody, Stamp, TRAILER_BYTES, encode_chunk, push_trailer,
+};
 use crate::state::commitlog;
 use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 
@@ -46,6 +52,8 @@ use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf, keys};
 const STAGE_DIR: &str = "copy";
 /// Bytes read from a run at a time while merging.
 const READ_BUFFER: usize = 64 << 10;
+/// Room a chunk body starts with: [`CHUNK_ROWS`] rows of about 200 bytes.
+const CHUNK_BYTES: usize = CHUNK_ROWS * 200;
 /// Keys looked up in the store at a time, when they may exist already.
 const LOOKUP_KEYS: usize = 4096;
 
@@ -68,6 +76,10 @@ pub struct Stage {
     kind: Option<Kind>,
     rows: u64,
     watermark: Option<i64>,
+    /// Append-only rows: the chunk being filled, and where each full one
+    /// is in the stage file (offset, bytes, rows).
+    body: Option<ChunkBody>,
+    chunks: Vec<(u64, usize, u64)>,
     /// The directory belongs to a commit marker now; dropping keeps it.
     committed: bool,
 }
@@ -113,6 +125,8 @@ impl Stage {
             kind: None,
             rows: 0,
             watermark: None,
+            body: None,
+            chunks: Vec::new(),
             committed: false,
         })
     }
@@ -127,7 +141,7 @@ impl Stage {
     pub fn push(&mut self, target: &Target, op: WriteOp, watermark: Option<i64>) -> Result<()> {
         let start = self.written;
         match op {
-            WriteOp::Append { rows } => self.push_rows(Kind::Append, &rows)?,
+            WriteOp::Append { rows } => self.push_appended(rows.iter().map(Vec::as_slice))?,
             WriteOp::InsertUnkeyed { rows } => self.push_rows(Kind::Unkeyed, &rows)?,
             WriteOp::Insert { mut rows } => {
                 self.set_kind(Kind::Keyed)?;
@@ -142,9 +156,14 @@ impl Stage {
             }
             _ => return Err(Error::Internal("only inserts are staged".into())),
         }
-        self.watermark = self.watermark.max(watermark);
+        self.raise_watermark(watermark);
         self.runs.push((start, self.written));
         Ok(())
+    }
+
+    /// The watermark of rows staged without [`Stage::push`].
+    pub fn raise_watermark(&mut self, watermark: Option<i64>) {
+        self.watermark = self.watermark.max(watermark);
     }
 
     fn push_rows(&mut self, kind: Kind, rows: &[Vec<u8>]) -> Result<()> {
@@ -153,6 +172,37 @@ impl Stage {
             self.put(&[], row)?;
         }
         self.rows += rows.len() as u64;
+        Ok(())
+    }
+
+    /// Rows of an append-only table: they go into chunk bodies of
+    /// [`CHUNK_ROWS`] rows, each written out once full, so that chunks cut
+    /// where the log would.
+    pub fn push_appended<'r>(&mut self, rows: impl Iterator<Item = &'r [u8]>) -> Result<()> {
+        self.set_kind(Kind::Append)?;
+        for row in rows {
+            let body = self
+                .body
+                .get_or_insert_with(|| ChunkBody::with_capacity(CHUNK_BYTES));
+            body.push(1, row);
+            self.rows += 1;
+            if body.count() as usize == CHUNK_ROWS {
+                self.write_body()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the chunk being filled, if it has rows.
+    fn write_body(&mut self) -> Result<()> {
+        let Some(body) = self.body.take() else {
+            return Ok(());
+        };
+        let rows = u64::from(body.count());
+        let bytes = body.finish();
+        self.file.write_all(&bytes)?;
+        self.chunks.push((self.written, bytes.len(), rows));
+        self.written += bytes.len() as u64;
         Ok(())
     }
 
@@ -248,6 +298,7 @@ pub(super) fn commit(
     stamp: Stamp,
     producers: &[Producer],
 ) -> Result<u64> {
+    stage.write_body()?;
     stage.file.flush()?;
     let Some(kind) = stage.kind else {
         return Ok(0);
@@ -287,9 +338,16 @@ fn write_files(
         Kind::Append => {
             // As a single statement's: all in one partition, in order.
             let partition = (target.table as u32).wrapping_add(stage.rows as u32) % partitions;
-            for_each(file, &stage.runs, |_, row| {
-                out.log(partition, &row).map(drop)
-            })?;
+            let mut value = Vec::new();
+            for (i, &(at, len, rows)) in stage.chunks.iter().enumerate() {
+                value.clear();
+                value.reserve(len + TRAILER_BYTES);
+                value.resize(len, 0);
+                file.read_exact_at(&mut value, at)?;
+                let last = i + 1 == stage.chunks.len();
+                push_trailer(&mut value, watermark.filter(|_| last), Some(stamp));
+                out.log_chunk(partition, &value, rows)?;
+            }
         }
         Kind::Unkeyed => {
             let partition = (stage.rows as u32) % partitions;
@@ -491,7 +549,28 @@ impl<'o> Files<'o> {
 
     /// Add a log record in `partition`; returns its offset.
     fn log(&mut self, partition: u32, row: &[u8]) -> Result<u64> {
-        let log = match self.logs.entry(partition) {
+        let (topic, stamp) = (self.topic, self.stamp);
+        let log = self.log_file(partition)?;
+        if log.pending.len() == CHUNK_ROWS {
+            write_chunk(log, topic, partition, None, stamp)?;
+        }
+        log.pending.push(row.to_vec());
+        Ok(log.next + log.pending.len() as u64 - 1)
+    }
+
+    /// Add a whole encoded chunk of `rows` records to `partition`, after
+    /// whatever it holds; records are not to be added one by one too.
+    fn log_chunk(&mut self, partition: u32, chunk: &[u8], rows: u64) -> Result<()> {
+        let topic = self.topic;
+        let log = self.log_file(partition)?;
+        log.writer
+            .put(keys::log_key(topic, partition, log.next), chunk)?;
+        log.next += rows;
+        Ok(())
+    }
+
+    fn log_file(&mut self, partition: u32) -> Result<&mut LogFile<'o>> {
+        Ok(match self.logs.entry(partition) {
             std::collections::btree_map::Entry::Occupied(log) => log.into_mut(),
             std::collections::btree_map::Entry::Vacant(slot) => {
                 let writer = SstFileWriter::create(self.options);
@@ -503,12 +582,7 @@ impl<'o> Files<'o> {
                     pending: Vec::with_capacity(CHUNK_ROWS),
                 })
             }
-        };
-        if log.pending.len() == CHUNK_ROWS {
-            write_chunk(log, self.topic, partition, None, self.stamp)?;
-        }
-        log.pending.push(row.to_vec());
-        Ok(log.next + log.pending.len() as u64 - 1)
+        })
     }
 
     /// Add a row under its full key; keys must come in ascending order.
@@ -529,7 +603,11 @@ impl<'o> Files<'o> {
     fn finish(mut self) -> Result<Written> {
         let mut next = Vec::with_capacity(self.logs.len());
         for (partition, mut log) in std::mem::take(&mut self.logs) {
-            write_chunk(&mut log, self.topic, partition, self.watermark, self.stamp)?;
+            // Whole chunks carry their own trailers; rows added one by one
+            // end with a chunk that carries the watermark.
+            if !log.pending.is_empty() {
+                write_chunk(&mut log, self.topic, partition, self.watermark, self.stamp)?;
+            }
             log.writer.finish()?;
             next.push((partition, log.next));
         }

@@ -308,3 +308,46 @@ fn a_producers_repeated_sequence_in_one_group_applies_once() {
     );
     assert_eq!(total_log(&store), 2);
 }
+
+#[tokio::test]
+async fn a_staged_append_only_load_is_logged_in_whole_stamped_chunks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (store, writer) = open(dir.path());
+    let rows = |range: std::ops::Range<u32>| -> Vec<Vec<u8>> {
+        range.map(|i| format!("row {i}").into_bytes()).collect()
+    };
+    let mut stage = writer.stage().expect("stage");
+    let parts = [0..3000, 3000..9000, 9000..10_000];
+    for (part, watermark) in parts.into_iter().zip([Some(5), Some(9), Some(7)]) {
+        let op = WriteOp::Append { rows: rows(part) };
+        stage.push(&target(), op, watermark).expect("stage a part");
+    }
+    let loaded = writer.commit_stage(target(), stage).await.expect("commit");
+    assert_eq!(loaded, 10_000);
+    let view = store.read_view();
+    let mut chunks = Vec::new();
+    let mut read = Vec::new();
+    for partition in 0..2 {
+        crate::log::embedded::read_partition(&view, 7, partition, 0, |base, chunk| {
+            chunks.push((
+                base,
+                chunk.entries.len(),
+                chunk.watermark,
+                chunk.stamp.is_some(),
+            ));
+            read.extend(chunk.entries.iter().map(|e| (e.diff, e.row.to_vec())));
+            Ok(true)
+        })
+        .expect("read");
+    }
+    assert_eq!(
+        chunks,
+        [
+            (0, 4096, None, true),
+            (4096, 4096, None, true),
+            (8192, 1808, Some(9), true)
+        ]
+    );
+    let expected: Vec<(i64, Vec<u8>)> = rows(0..10_000).into_iter().map(|r| (1, r)).collect();
+    assert_eq!(read, expected);
+}

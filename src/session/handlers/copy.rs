@@ -14,13 +14,16 @@
 //! size of the data.
 
 mod split;
+mod timestamps;
 
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringBuilder, new_null_array};
+use datafusion::arrow::array::{
+    Array, ArrayRef, RecordBatch, StringArray, StringBuilder, new_null_array,
+};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::FormatOptions;
@@ -433,7 +436,7 @@ fn load(
         drop(part);
         first = false;
         lines += parsed.lines;
-        NewRows::encode(&layout.table, &parsed.batches)?.stage(&layout.table, &mut stage)?;
+        crate::sql::write::stage_batches(&layout.table, &parsed.batches, &mut stage)?;
         if parsed.ended {
             break;
         }
@@ -699,6 +702,10 @@ fn to_table_batch(copy: &Layout, strings: &[ArrayRef], line: usize) -> Result<Re
         .collect();
     for (data_index, table_index) in copy.columns.iter().enumerate() {
         let field = table.schema.field(*table_index);
+        if let Some(parsed) = canonical_timestamps(&strings[data_index], field.data_type()) {
+            columns[*table_index] = parsed;
+            continue;
+        }
         columns[*table_index] =
             cast_with_options(&strings[data_index], field.data_type(), &options).map_err(|e| {
                 let row = first_uncast(&strings[data_index], field.data_type()).unwrap_or(0);
@@ -714,6 +721,17 @@ fn to_table_batch(copy: &Layout, strings: &[ArrayRef], line: usize) -> Result<Re
         table.nullable_schema.clone(),
         columns,
     )?)
+}
+
+/// A TIMESTAMP column whose values all have the canonical shape, read by
+/// the fast path; `None` sends it to the general cast.
+fn canonical_timestamps(strings: &ArrayRef, to: &DataType) -> Option<ArrayRef> {
+    use datafusion::arrow::datatypes::TimeUnit;
+    if *to != DataType::Timestamp(TimeUnit::Microsecond, None) {
+        return None;
+    }
+    let strings = strings.as_any().downcast_ref::<StringArray>()?;
+    Some(Arc::new(timestamps::parse_column(strings)?))
 }
 
 /// The first value of `strings` that does not cast to `to`: a lenient
