@@ -387,3 +387,57 @@ async fn statement_timeout_covers_a_copys_data() {
     assert_eq!(e.code().map(|c| c.code()), Some("57014"), "{e}");
     assert_eq!(count(&client, "SELECT count(*) FROM t").await, 0);
 }
+
+/// A timestamp as COPY may meet it: in the canonical shape, with fractions
+/// of one to six digits, and in one batch's worth of rows also in another
+/// shape the general parser reads (the rest take the fast path).
+fn timestamp_text(i: i64) -> String {
+    let (h, m, s) = (i / 3600 % 24, i / 60 % 60, i % 60);
+    match i % 5 {
+        _ if (100_000..100_005).contains(&i) => format!("2024-03-01T{h:02}:{m:02}:{s:02}"),
+        0 => format!("2024-03-01 {h:02}:{m:02}:{s:02}"),
+        1 => format!("2024-02-29 {h:02}:{m:02}:{s:02}.{}", i % 10),
+        2 => format!("1999-12-31 {h:02}:{m:02}:{s:02}.{:03}", i % 1000),
+        _ => format!("2262-04-11 {h:02}:{m:02}:{s:02}.{:06}", i % 1_000_000),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timestamps_of_every_shape_load_as_casts_read_them() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(
+            "CREATE TABLE ts (id BIGINT, at TIMESTAMP, \
+               WATERMARK FOR at AS at - INTERVAL '1' SECOND) APPEND ONLY;
+             CREATE TABLE texts (id BIGINT PRIMARY KEY, txt VARCHAR)",
+        )
+        .await
+        .expect("create");
+    // Early in 2262 only: later hours are past what TIMESTAMP holds.
+    let data: String = (0..ROWS)
+        .map(|i| format!("{i}\t{}\n", timestamp_text(i).replace("23:", "22:")))
+        .collect();
+    for table in ["ts", "texts"] {
+        let copied = copy_in(&client, &format!("COPY {table} FROM STDIN"), &data)
+            .await
+            .expect("copy");
+        assert_eq!(copied, ROWS as u64);
+    }
+    let differ = "SELECT count(*) FROM ts JOIN texts USING (id) \
+                  WHERE ts.at IS DISTINCT FROM CAST(texts.txt AS TIMESTAMP)";
+    assert_eq!(count(&client, differ).await, 0);
+    assert_eq!(count(&client, "SELECT count(*) FROM ts").await, ROWS);
+
+    let bad = format!("{}{}\t2024-02-30 00:00:00\n", &data, ROWS);
+    let err = copy_in(&client, "COPY ts FROM STDIN", &bad)
+        .await
+        .expect_err("no 30th of February");
+    let message = err
+        .as_db_error()
+        .expect("a database error")
+        .message()
+        .to_string();
+    assert!(message.contains(&format!("line {}", ROWS + 1)), "{message}");
+    assert_eq!(count(&client, "SELECT count(*) FROM ts").await, ROWS);
+}

@@ -726,12 +726,8 @@ fn to_table_batch(copy: &Layout, strings: &[ArrayRef], line: usize) -> Result<Re
 /// A TIMESTAMP column whose values all have the canonical shape, read by
 /// the fast path; `None` sends it to the general cast.
 fn canonical_timestamps(strings: &ArrayRef, to: &DataType) -> Option<ArrayRef> {
-    use datafusion::arrow::datatypes::TimeUnit;
-    if *to != DataType::Timestamp(TimeUnit::Microsecond, None) {
-        return None;
-    }
     let strings = strings.as_any().downcast_ref::<StringArray>()?;
-    Some(Arc::new(timestamps::parse_column(strings)?))
+    timestamps::parse_column(strings, to)
 }
 
 /// The first value of `strings` that does not cast to `to`: a lenient

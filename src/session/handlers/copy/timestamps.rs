@@ -3,23 +3,36 @@
 //! read without the general parser, which tries every shape it knows for
 //! each value and was a tenth of a large COPY's CPU.
 
-use datafusion::arrow::array::{Array, StringArray, TimestampMicrosecondArray};
+use std::sync::Arc;
 
-/// The column as microseconds, or `None` when any value has another
-/// shape: then the general cast reads the column, and says what is wrong.
-pub fn parse_column(strings: &StringArray) -> Option<TimestampMicrosecondArray> {
+use datafusion::arrow::array::{
+    Array, ArrayRef, StringArray, TimestampMicrosecondArray, TimestampNanosecondArray,
+};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+
+/// The column as a timestamp column of type `to` (microseconds or
+/// nanoseconds, no time zone), or `None` when `to` is another type or any
+/// value has another shape or range: then the general cast reads the
+/// column, and says what is wrong.
+pub fn parse_column(strings: &StringArray, to: &DataType) -> Option<ArrayRef> {
+    let per_micro = match to {
+        DataType::Timestamp(TimeUnit::Microsecond, None) => 1,
+        DataType::Timestamp(TimeUnit::Nanosecond, None) => 1_000,
+        _ => return None,
+    };
     let mut values = Vec::with_capacity(strings.len());
     for i in 0..strings.len() {
         values.push(if strings.is_valid(i) {
-            parse(strings.value(i).as_bytes())?
+            parse(strings.value(i).as_bytes())?.checked_mul(per_micro)?
         } else {
             0
         });
     }
-    Some(TimestampMicrosecondArray::new(
-        values.into(),
-        strings.nulls().cloned(),
-    ))
+    let nulls = strings.nulls().cloned();
+    Some(match per_micro {
+        1 => Arc::new(TimestampMicrosecondArray::new(values.into(), nulls)),
+        _ => Arc::new(TimestampNanosecondArray::new(values.into(), nulls)),
+    })
 }
 
 /// Microseconds since 1970 of one canonical timestamp.
@@ -85,11 +98,7 @@ fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
-    use datafusion::arrow::array::ArrayRef;
     use datafusion::arrow::compute::cast;
-    use datafusion::arrow::datatypes::{DataType, TimeUnit};
 
     use super::*;
 
@@ -101,19 +110,26 @@ mod tests {
             Some("2000-02-29 12:00:00.5"),
             Some("1900-03-01 00:00:00.05"),
             Some("1969-12-31 23:59:59.123"),
-            Some("0001-01-01 00:00:00"),
             None,
             Some("2262-04-11 23:47:16.854775"),
-            Some("9999-12-31 23:59:59.9999"),
+            Some("1677-09-21 00:12:44"),
         ];
         let strings = StringArray::from(texts.to_vec());
-        let ours = parse_column(&strings).expect("all canonical");
-        let general = cast(
-            &(Arc::new(strings) as ArrayRef),
-            &DataType::Timestamp(TimeUnit::Microsecond, None),
-        )
-        .expect("cast");
-        assert_eq!(&ours as &dyn Array, general.as_ref());
+        for unit in [TimeUnit::Microsecond, TimeUnit::Nanosecond] {
+            let to = DataType::Timestamp(unit, None);
+            let ours = parse_column(&strings, &to).expect("all canonical");
+            let general = cast(&(Arc::new(strings.clone()) as ArrayRef), &to).expect("cast");
+            assert_eq!(ours.as_ref(), general.as_ref());
+        }
+        let far = StringArray::from(vec!["0001-01-01 00:00:00", "9999-12-31 23:59:59.9999"]);
+        let micros = DataType::Timestamp(TimeUnit::Microsecond, None);
+        let general = cast(&(Arc::new(far.clone()) as ArrayRef), &micros).expect("cast");
+        let ours = parse_column(&far, &micros).expect("canonical");
+        assert_eq!(ours.as_ref(), general.as_ref());
+        // Beyond nanoseconds' range: the general cast reads it, and refuses it.
+        let nanos = DataType::Timestamp(TimeUnit::Nanosecond, None);
+        assert!(parse_column(&far, &nanos).is_none());
+        assert!(parse_column(&far, &DataType::Date32).is_none());
     }
 
     #[test]
@@ -135,6 +151,8 @@ mod tests {
         ] {
             assert_eq!(parse(text.as_bytes()), None, "{text}");
         }
-        assert!(parse_column(&StringArray::from(vec!["2024-01-01 00:00:00", "x"])).is_none());
+        let mixed = StringArray::from(vec!["2024-01-01 00:00:00", "x"]);
+        let micros = DataType::Timestamp(TimeUnit::Microsecond, None);
+        assert!(parse_column(&mixed, &micros).is_none());
     }
 }
