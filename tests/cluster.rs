@@ -322,7 +322,7 @@ async fn a_node_that_ran_alone_does_not_join_a_cluster() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn cluster_flags_come_in_pairs_and_a_lone_node_is_a_cluster_of_one() {
+async fn bad_cluster_settings_stop_the_node_and_a_lone_node_is_a_cluster_of_one() {
     for args in [&["--cluster", "c"][..], &["--kafka", "127.0.0.1:9092"][..]] {
         let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
             .arg("serve")
@@ -336,6 +336,24 @@ async fn cluster_flags_come_in_pairs_and_a_lone_node_is_a_cluster_of_one() {
             "{said}"
         );
     }
+    // A Kafka nobody answers at: the node says so and stops.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unreachable = format!("127.0.0.1:{}", common::free_port());
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
+        .args(["serve", "--listen"])
+        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .arg("--http-listen")
+        .arg(format!("127.0.0.1:{}", common::free_port()))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--cluster", "c", "--kafka", &unreachable])
+        .env("WEIR_LOG", "error")
+        .output()
+        .expect("run weir");
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("cannot reach the cluster's Kafka"), "{said}");
+
     let server = TestServer::start();
     let client = server.connect().await;
     let rows = rows(&client, "SHOW CLUSTER").await;
