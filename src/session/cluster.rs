@@ -43,7 +43,8 @@ struct Applied {
 pub struct Replication {
     pub cluster: Cluster,
     /// Proposals of this node's sessions not applied yet, by key.
-    waiting: Mutex<HashMap<String, oneshot::Sender<Applied>>>,
+    /// `None` once this node has stopped following the log.
+    waiting: Mutex<Option<HashMap<String, oneshot::Sender<Applied>>>>,
     /// Keys are unique across restarts: node, start time, sequence.
     started: u128,
     next: AtomicU64,
@@ -79,7 +80,7 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
     let Some(settings) = engine.config.cluster.clone() else {
         return Ok(());
     };
-    claim_data_dir(engine, &settings.name)?;
+    check_data_dir(engine, &settings.name)?;
     let me = NodeInfo {
         node: engine.config.node_name.clone(),
         address: engine.config.advertise.clone(),
@@ -92,12 +93,15 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
         engine.config.cluster_partitions,
     )
     .await?;
+    // Claimed once joined: a node that could not reach Kafka may still
+    // start elsewhere.
+    write_key(engine, CLUSTER_KEY, settings.name.as_bytes())?;
     let applied = applied_offset(engine)?;
     let end = cluster.catalog_end().await?;
     let mut follower = cluster.follow(applied)?;
     let replication = Arc::new(Replication {
         cluster,
-        waiting: Mutex::default(),
+        waiting: Mutex::new(Some(HashMap::new())),
         started: std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
@@ -129,7 +133,7 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
 
 /// A data directory serves one cluster: ids and the log's offsets mean
 /// nothing in another, nor in a node that ran on its own.
-fn claim_data_dir(engine: &Engine, cluster: &str) -> Result<()> {
+fn check_data_dir(engine: &Engine, cluster: &str) -> Result<()> {
     match read_key(engine, CLUSTER_KEY)? {
         Some(name) if name == cluster.as_bytes() => Ok(()),
         Some(name) => Err(Error::Config(format!(
@@ -143,7 +147,7 @@ fn claim_data_dir(engine: &Engine, cluster: &str) -> Result<()> {
              a node joins a cluster with an empty data directory",
             engine.config.data_dir.display()
         ))),
-        None => write_key(engine, CLUSTER_KEY, cluster.as_bytes()),
+        None => Ok(()),
     }
 }
 
@@ -187,9 +191,12 @@ async fn keep_following(
     while let Some(entry) = follower.next().await {
         if let Err(e) = apply(&engine, &replication, entry).await {
             tracing::error!(cause = %e, "cannot keep the cluster's catalog; this node stops following it");
-            return;
+            break;
         }
     }
+    // Sessions still waiting for their statements learn that they will
+    // not be answered here.
+    *replication.waiting.lock().expect("waiting proposals lock") = None;
 }
 
 /// Applies one statement of the log as the user who sent it, records that
@@ -201,7 +208,8 @@ async fn apply(engine: &Arc<Engine>, replication: &Replication, entry: Entry) ->
         .waiting
         .lock()
         .expect("waiting proposals lock")
-        .remove(&entry.key);
+        .as_mut()
+        .and_then(|waiting| waiting.remove(&entry.key));
     let applied = match serde_json::from_slice::<Proposal>(&entry.value) {
         Ok(proposal) => run(engine, proposal).await,
         Err(e) => Applied {
@@ -250,6 +258,14 @@ async fn run_statements(engine: &Arc<Engine>, session: &mut Session, sql: &str) 
     Ok(output)
 }
 
+fn not_following() -> Error {
+    Error::ConnectionFailure(
+        "this node stopped following the cluster's catalog (its log says why); restart it \
+         to catch up"
+            .into(),
+    )
+}
+
 impl Replication {
     /// Sends a statement through the log and returns its result once this
     /// node has applied it.
@@ -268,15 +284,24 @@ impl Replication {
         let value = serde_json::to_vec(&proposal)
             .map_err(|e| Error::Internal(format!("cannot encode a statement: {e}")))?;
         let (sender, applied) = oneshot::channel();
-        self.waiting
+        match self
+            .waiting
             .lock()
             .expect("waiting proposals lock")
-            .insert(key.clone(), sender);
+            .as_mut()
+        {
+            Some(waiting) => waiting.insert(key.clone(), sender),
+            None => return Err(not_following()),
+        };
         if let Err(e) = self.cluster.propose(&key, &value).await {
-            self.waiting
+            if let Some(waiting) = self
+                .waiting
                 .lock()
                 .expect("waiting proposals lock")
-                .remove(&key);
+                .as_mut()
+            {
+                waiting.remove(&key);
+            }
             return Err(e);
         }
         let applied = applied.await.map_err(|_| {
