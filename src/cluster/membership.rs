@@ -52,7 +52,6 @@ pub struct Member {
 }
 
 pub struct Membership {
-    owned: Arc<Mutex<Vec<i32>>>,
     book: Arc<Mutex<Book>>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -136,10 +135,9 @@ pub struct Place<'a> {
 
 impl Membership {
     pub fn join(place: &Place<'_>, me: NodeInfo) -> Result<Membership> {
-        let owned = Arc::new(Mutex::new(Vec::new()));
         let book = Arc::new(Mutex::new(Book::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let announcer = Announcer::new(place, me, owned.clone())?;
+        let announcer = Announcer::new(place, me)?;
         let reader = book_reader(place.kafka, place.book_topic)?;
         let threads = vec![
             spawn("weir-cluster", {
@@ -152,15 +150,10 @@ impl Membership {
             })?,
         ];
         Ok(Membership {
-            owned,
             book,
             stop,
             threads: Mutex::new(threads),
         })
-    }
-
-    pub fn owned(&self) -> Vec<i32> {
-        self.owned.lock().expect("owned partitions lock").clone()
     }
 
     pub fn members(&self) -> Vec<Member> {
@@ -201,7 +194,8 @@ struct Announcer {
 }
 
 impl Announcer {
-    fn new(place: &Place<'_>, me: NodeInfo, owned: Arc<Mutex<Vec<i32>>>) -> Result<Announcer> {
+    fn new(place: &Place<'_>, me: NodeInfo) -> Result<Announcer> {
+        let owned = Arc::new(Mutex::new(Vec::new()));
         let changed = Arc::new(AtomicBool::new(true));
         let context = Rebalances {
             owned: owned.clone(),

@@ -77,11 +77,6 @@ impl Cluster {
         })
     }
 
-    /// The partitions this node owns now.
-    pub fn owned(&self) -> Vec<i32> {
-        self.membership.owned()
-    }
-
     /// The live nodes and what each owns, as their announcements say.
     pub fn members(&self) -> Vec<Member> {
         self.membership.members()
