@@ -305,20 +305,25 @@ async fn a_node_that_ran_alone_does_not_join_a_cluster() {
         .await
         .expect("create");
     assert!(alone.terminate());
+    let said = refused_start(alone.data_dir(), "elsewhere", &bootstrap);
+    assert!(said.contains("ran on its own"), "{said}");
+}
+
+/// Starts a cluster node that must not start; returns what it said.
+fn refused_start(data_dir: &std::path::Path, cluster: &str, kafka: &str) -> String {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
         .args(["serve", "--listen"])
         .arg(format!("127.0.0.1:{}", common::free_port()))
         .arg("--http-listen")
         .arg(format!("127.0.0.1:{}", common::free_port()))
         .arg("--data-dir")
-        .arg(alone.data_dir())
-        .args(["--cluster", "elsewhere", "--kafka", &bootstrap])
+        .arg(data_dir)
+        .args(["--cluster", cluster, "--kafka", kafka])
         .env("WEIR_LOG", "error")
         .output()
         .expect("run weir");
     assert!(!output.status.success());
-    let said = String::from_utf8_lossy(&output.stderr);
-    assert!(said.contains("ran on its own"), "{said}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -339,19 +344,7 @@ async fn bad_cluster_settings_stop_the_node_and_a_lone_node_is_a_cluster_of_one(
     // A Kafka nobody answers at: the node says so and stops.
     let dir = tempfile::tempdir().expect("tempdir");
     let unreachable = format!("127.0.0.1:{}", common::free_port());
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_weir"))
-        .args(["serve", "--listen"])
-        .arg(format!("127.0.0.1:{}", common::free_port()))
-        .arg("--http-listen")
-        .arg(format!("127.0.0.1:{}", common::free_port()))
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--cluster", "c", "--kafka", &unreachable])
-        .env("WEIR_LOG", "error")
-        .output()
-        .expect("run weir");
-    assert!(!output.status.success());
-    let said = String::from_utf8_lossy(&output.stderr);
+    let said = refused_start(dir.path(), "c", &unreachable);
     assert!(said.contains("cannot reach the cluster's Kafka"), "{said}");
 
     let server = TestServer::start();

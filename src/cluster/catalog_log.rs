@@ -19,9 +19,11 @@ pub struct Entry {
     pub value: Vec<u8>,
 }
 
+/// The catalog log's topic: appended to, followed, and asked for its end.
 pub struct CatalogLog {
     producer: FutureProducer,
     reader: std::sync::Arc<BaseConsumer>,
+    kafka: String,
     topic: String,
 }
 
@@ -36,17 +38,24 @@ impl CatalogLog {
         Ok(CatalogLog {
             producer,
             reader: std::sync::Arc::new(consumer(kafka)?),
+            kafka: kafka.to_string(),
             topic: topic.to_string(),
         })
     }
 
-    pub async fn produce(&self, topic: &str, key: &str, value: &[u8]) -> Result<()> {
-        let record = FutureRecord::to(topic).key(key).payload(value);
+    /// Appends a statement; returns once Kafka holds it.
+    pub async fn append(&self, key: &str, value: &[u8]) -> Result<()> {
+        let record = FutureRecord::to(&self.topic).key(key).payload(value);
         self.producer
             .send(record, REQUEST_TIMEOUT)
             .await
-            .map_err(|(e, _)| kafka_error(&format!("cannot write to {topic}"), e))?;
+            .map_err(|(e, _)| kafka_error(&format!("cannot write to {}", self.topic), e))?;
         Ok(())
+    }
+
+    /// Reads the log from `offset` on, as statements arrive.
+    pub fn follow(&self, offset: i64) -> Result<Follower> {
+        Follower::start(&self.kafka, &self.topic, offset)
     }
 
     /// The offset after the catalog log's last statement.

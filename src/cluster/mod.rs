@@ -44,11 +44,7 @@ pub struct NodeInfo {
 
 /// This node's membership of its cluster.
 pub struct Cluster {
-    pub name: String,
     pub me: NodeInfo,
-    /// How many partitions the cluster's work is split into.
-    pub partitions: u32,
-    kafka: String,
     membership: membership::Membership,
     log: catalog_log::CatalogLog,
 }
@@ -58,7 +54,7 @@ impl Cluster {
     /// this node in the address book and joins the group.
     pub async fn join(name: &str, kafka: &str, me: NodeInfo, partitions: u32) -> Result<Cluster> {
         let topics = topics::Topics::of(name);
-        let partitions = topics::ensure(kafka, &topics, partitions).await?;
+        topics::ensure(kafka, &topics, partitions).await?;
         let log = catalog_log::CatalogLog::open(kafka, &topics.catalog)?;
         let place = membership::Place {
             kafka,
@@ -68,10 +64,7 @@ impl Cluster {
         };
         let membership = membership::Membership::join(&place, me.clone())?;
         Ok(Cluster {
-            name: name.to_string(),
             me,
-            partitions,
-            kafka: kafka.to_string(),
             membership,
             log,
         })
@@ -84,8 +77,7 @@ impl Cluster {
 
     /// Appends a statement to the catalog log; returns once Kafka holds it.
     pub async fn propose(&self, key: &str, value: &[u8]) -> Result<()> {
-        let topic = topics::Topics::of(&self.name).catalog;
-        self.log.produce(&topic, key, value).await
+        self.log.append(key, value).await
     }
 
     /// The offset after the catalog log's last statement.
@@ -95,7 +87,7 @@ impl Cluster {
 
     /// Reads the catalog log from `offset` on, as statements arrive.
     pub fn follow(&self, offset: i64) -> Result<Follower> {
-        Follower::start(&self.kafka, &topics::Topics::of(&self.name).catalog, offset)
+        self.log.follow(offset)
     }
 
     /// Leaves the group at once, so that the others take this node's

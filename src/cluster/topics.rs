@@ -30,10 +30,10 @@ impl Topics {
     }
 }
 
-/// Creates whichever of the topics does not exist yet and returns how many
-/// partitions the cluster has: the first node's number, which later nodes
-/// take whatever they were told.
-pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32> {
+/// Creates whichever of the topics does not exist yet, and waits until the
+/// work topic shows its partitions: the first node's number, which later
+/// nodes keep whatever they were told.
+pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<()> {
     let admin: AdminClient<DefaultClientContext> = client_config(kafka)
         .create()
         .map_err(|e| kafka_error("cannot make a Kafka client", e))?;
@@ -66,7 +66,7 @@ pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32
             "the cluster already has its number of partitions; keeping it"
         );
     }
-    Ok(found)
+    Ok(())
 }
 
 /// A topic's partitions, once its metadata shows them.

@@ -26,7 +26,7 @@ use datafusion::logical_expr::{
     Volatility,
 };
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use futures::TryStreamExt;
 
@@ -211,15 +211,7 @@ impl TableProvider for GapFillTable {
             schema: self.schema(),
             table: self.clone(),
         };
-        let exec = StreamingTableExec::try_new(
-            self.schema(),
-            vec![Arc::new(scan)],
-            projection,
-            vec![],
-            false,
-            limit,
-        )?;
-        Ok(Arc::new(exec))
+        crate::sql::provider::streams_exec(self.schema(), vec![Arc::new(scan)], projection, limit)
     }
 }
 

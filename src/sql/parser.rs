@@ -215,22 +215,37 @@ pub enum Transaction {
 
 /// Split and parse a query string into statements.
 pub fn parse(sql: &str) -> Result<Vec<Statement>> {
-    Ok(parse_texts(sql)?.into_iter().map(|(_, s)| s).collect())
+    statement_tokens(sql)?.into_iter().map(parse_one).collect()
 }
 
 /// Split and parse a query string into statements, each with its text.
 pub fn parse_texts(sql: &str) -> Result<Vec<(String, Statement)>> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
-        .tokenize_with_location()
-        .map_err(|e| Error::Syntax(format!("syntax error: {e}")))?;
-    split(tokens)
+    let statements = statement_tokens(sql)?;
+    // One statement is the whole string: its text needs no rebuilding
+    // from tokens, which for a long INSERT is a string per value.
+    let whole = statements.len() == 1;
+    statements
         .into_iter()
-        .filter(|t| t.iter().any(|t| !is_space(&t.token)))
         .map(|tokens| {
-            let text = text_of(&tokens);
+            let text = if whole {
+                sql.trim().to_string()
+            } else {
+                text_of(&tokens)
+            };
             parse_one(tokens).map(|statement| (text, statement))
         })
         .collect()
+}
+
+/// The tokens of each statement in a query string, empty ones left out.
+fn statement_tokens(sql: &str) -> Result<Vec<Vec<TokenWithSpan>>> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize_with_location()
+        .map_err(|e| Error::Syntax(format!("syntax error: {e}")))?;
+    Ok(split(tokens)
+        .into_iter()
+        .filter(|t| t.iter().any(|t| !is_space(&t.token)))
+        .collect())
 }
 
 fn split(tokens: Vec<TokenWithSpan>) -> Vec<Vec<TokenWithSpan>> {

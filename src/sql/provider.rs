@@ -297,15 +297,8 @@ impl TableProvider for TableSource {
                 "IndexScan: index={} on {}",
                 scan.read.index.def.name, self.table.def.name
             );
-            let exec = StreamingTableExec::try_new(
-                schema,
-                vec![Arc::new(scan)],
-                projection,
-                vec![],
-                false,
-                limit,
-            )?;
-            return Ok(Arc::new(Labelled::new(Arc::new(exec), label)));
+            let exec = streams_exec(schema, vec![Arc::new(scan)], projection, limit)?;
+            return Ok(Arc::new(Labelled::new(exec, label)));
         }
         let partitions: Vec<Arc<dyn PartitionStream>> = match access {
             None => (0..self.table.def.partitions)
@@ -323,9 +316,7 @@ impl TableProvider for TableSource {
                 access,
             })],
         };
-        let exec =
-            StreamingTableExec::try_new(schema, partitions, projection, vec![], false, limit)?;
-        Ok(Arc::new(exec))
+        streams_exec(schema, partitions, projection, limit)
     }
 
     async fn insert_into(
@@ -540,4 +531,17 @@ impl DataSink for TableSink {
         let producer = self.producer.clone();
         Ok(crate::log::writer::PRODUCER.scope(producer, insert).await?)
     }
+}
+
+/// A plan that reads `streams` (one partition each) in no particular
+/// order, with the query's projection and limit pushed into it: how every
+/// table and table function of ours is scanned.
+pub fn streams_exec(
+    schema: SchemaRef,
+    streams: Vec<Arc<dyn PartitionStream>>,
+    projection: Option<&Vec<usize>>,
+    limit: Option<usize>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let exec = StreamingTableExec::try_new(schema, streams, projection, vec![], false, limit)?;
+    Ok(Arc::new(exec))
 }

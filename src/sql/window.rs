@@ -23,7 +23,7 @@ use datafusion::datasource::{TableType, provider_as_source, source_as_provider};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::{Expr, LogicalPlan, TableScan};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::streaming::PartitionStream;
 use datafusion::physical_plan::{ExecutionPlan, execute_stream};
 use futures::{StreamExt, TryStreamExt};
 
@@ -231,15 +231,12 @@ impl TableProvider for WindowTable {
             input,
             table: self.clone(),
         };
-        let exec = StreamingTableExec::try_new(
+        crate::sql::provider::streams_exec(
             self.schema.clone(),
             vec![Arc::new(scan)],
             projection,
-            vec![],
-            false,
             limit,
-        )?;
-        Ok(Arc::new(exec))
+        )
     }
 }
 

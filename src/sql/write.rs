@@ -29,10 +29,7 @@ pub fn stage_batches(table: &Arc<Table>, batches: &[RecordBatch], stage: &mut St
 /// the stage's chunks, without a copy of each row of their own.
 fn stage_appended(table: &Table, batches: &[RecordBatch], stage: &mut Stage) -> Result<()> {
     refuse_system(table)?;
-    for batch in batches {
-        check_not_null(table, batch)?;
-    }
-    let watermark = table.watermark_of(batches)?;
+    let watermark = checked_watermark(table, batches)?;
     for batch in batches {
         let rows = table.codec.encode_rows(batch)?;
         stage.push_appended(rows.iter().map(|r| r.data()))?;
@@ -49,6 +46,15 @@ pub async fn insert_batches(
 ) -> Result<u64> {
     let rows = NewRows::encode(table, batches)?;
     rows.write(table, writer).await
+}
+
+/// The watermark new rows carry, once they are known to leave no NOT NULL
+/// column empty.
+fn checked_watermark(table: &Table, batches: &[RecordBatch]) -> Result<Option<i64>> {
+    for batch in batches {
+        check_not_null(table, batch)?;
+    }
+    table.watermark_of(batches)
 }
 
 /// New rows encoded for the writer. Encoding needs nothing but the rows,
@@ -76,10 +82,7 @@ impl NewRows {
     }
 
     fn encode_any(table: &Table, batches: &[RecordBatch]) -> Result<NewRows> {
-        for batch in batches {
-            check_not_null(table, batch)?;
-        }
-        let watermark = table.watermark_of(batches)?;
+        let watermark = checked_watermark(table, batches)?;
         let op = if table.def.contents_in_log() {
             WriteOp::Append {
                 rows: encode_rows(table, batches)?,
