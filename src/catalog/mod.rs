@@ -104,6 +104,11 @@ pub struct ViewDef {
     /// `CREATE INDEX`: the view is an index of the relation it reads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<IndexDef>,
+    /// Its graph builds a subplan that occurs twice once
+    /// ([`crate::sql::plan::Planner::sharing`]); false for views created
+    /// before that, whose stored state is numbered by their older graph.
+    #[serde(default)]
+    pub shared_subplans: bool,
 }
 
 /// An index (`CREATE INDEX i ON t (a, b) [INCLUDE (c)]`): a view of `t`'s

@@ -10,6 +10,7 @@
 //! once the watermark passes its end, and under `EMIT ON WINDOW CLOSE` (which
 //! the outermost aggregate takes) emits each window's row only then.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -59,6 +60,8 @@ pub struct Planner<'a> {
     on_error: OnError,
     /// Whether an aggregate has taken `EMIT ON WINDOW CLOSE`.
     on_close_taken: bool,
+    /// The node built for each subplan, when subplans are shared.
+    built: Option<HashMap<LogicalPlan, usize>>,
 }
 
 /// The shape of a view's output, decided from its plan.
@@ -87,7 +90,17 @@ impl<'a> Planner<'a> {
             emit: Emit::Changes,
             on_error: OnError::default(),
             on_close_taken: false,
+            built: None,
         }
+    }
+
+    /// Build a subplan that occurs more than once (q5's count per auction
+    /// and window, written twice) once, and feed every reader from it.
+    /// Views created before subplans were shared keep the graph, and so the
+    /// node numbers of their stored state, they were created with.
+    pub fn sharing(mut self, share: bool) -> Planner<'a> {
+        self.built = share.then(HashMap::new);
+        self
     }
 
     /// Plan with the view's emit policy.
@@ -261,6 +274,23 @@ impl<'a> Planner<'a> {
     }
 
     fn node(&mut self, plan: &LogicalPlan) -> Result<usize> {
+        // Under EMIT ON WINDOW CLOSE the first windowed aggregate built
+        // holds its rows and later ones do not: a second occurrence of the
+        // same subplan is not the same operator.
+        let share = self.emit != Emit::OnWindowClose;
+        if let Some(built) = self.built.as_ref().filter(|_| share)
+            && let Some(node) = built.get(plan)
+        {
+            return Ok(*node);
+        }
+        let node = self.build_node(plan)?;
+        if let Some(built) = self.built.as_mut().filter(|_| share) {
+            built.insert(plan.clone(), node);
+        }
+        Ok(node)
+    }
+
+    fn build_node(&mut self, plan: &LogicalPlan) -> Result<usize> {
         match plan {
             LogicalPlan::Projection(p) => {
                 let input = self.node(&p.input)?;

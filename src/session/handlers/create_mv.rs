@@ -55,6 +55,7 @@ pub async fn create(
             append_only: shape.append_only,
             on_error,
             index: None,
+            shared_subplans: true,
         };
         build_view(engine, session, def).await
     };
@@ -344,6 +345,7 @@ fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Datafl
     Planner::new(&engine.catalog, &props)
         .with_emit(view.def.emit)
         .with_on_error(view.def.on_error)
+        .sharing(view.def.shared_subplans)
         .build(table, plan, changelog_end)
 }
 
@@ -388,6 +390,7 @@ pub async fn explain(
     let props = datafusion::execution::context::ExecutionProps::new();
     let dataflow = Planner::new(&engine.catalog, &props)
         .with_emit(emit)
+        .sharing(true)
         .build(Arc::new(Table::new(table)?), &plan, 0)?;
     print(&Profile::of(&dataflow), None, format)
 }

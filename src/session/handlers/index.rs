@@ -94,6 +94,7 @@ pub async fn create(
             key_columns: key_width,
             partial_cover: !create.include.is_empty(),
         }),
+        shared_subplans: true,
     };
     let name = def.table.name.clone();
     super::create_mv::build_view(engine, session, def).await?;
