@@ -109,6 +109,12 @@ impl ChunkBody {
         }
     }
 
+    /// An empty body with room for `records` rows of about `row_bytes`
+    /// each, and for the trailer after them.
+    pub fn for_rows(records: usize, row_bytes: usize) -> ChunkBody {
+        ChunkBody::with_capacity(records * (RECORD_HEAD + row_bytes) + TRAILER_BYTES)
+    }
+
     pub fn push(&mut self, diff: i64, row: &[u8]) {
         self.bytes.extend_from_slice(&diff.to_le_bytes());
         self.bytes

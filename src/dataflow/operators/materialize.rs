@@ -31,7 +31,7 @@ use crate::dataflow::change::{Barrier, ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
-use crate::log::embedded::{CHUNK_ROWS, Stamp, encode_chunk};
+use crate::log::embedded::{CHUNK_ROWS, ChunkBody, Stamp, encode_chunk, push_trailer};
 use crate::state::keys;
 use crate::state::rows::{decode_counted, encode_counted};
 
@@ -160,12 +160,16 @@ impl Materialize {
     /// A view that keeps no rows can only grow: its changelog is all there is.
     fn check_additions(&self, changes: &[(Vec<u8>, i64)]) -> Result<()> {
         if changes.iter().any(|(_, diff)| *diff < 0) {
-            return Err(Error::Internal(format!(
-                "append-only view \"{}\" received a retraction",
-                self.view.def.name
-            )));
+            return Err(self.retracted());
         }
         Ok(())
+    }
+
+    fn retracted(&self) -> Error {
+        Error::Internal(format!(
+            "append-only view \"{}\" received a retraction",
+            self.view.def.name
+        ))
     }
 
     fn append_changelog(
@@ -174,33 +178,80 @@ impl Materialize {
         barrier: Barrier,
         cx: &mut Context<'_>,
     ) {
-        let topic = self.view.def.topic();
-        let watermark = self.watermark;
-        let stamp = Some(Stamp {
-            epoch: barrier.epoch,
-            time: barrier.now,
-            compacted: false,
-        });
         if changes.is_empty() {
-            if watermark > self.published {
-                let empty = encode_chunk(std::iter::empty(), watermark, stamp);
-                cx.state
-                    .append_log(keys::log_key(topic, 0, self.next_offset), empty);
-                self.published = watermark;
-            }
+            self.append_watermark(barrier, cx);
             return;
         }
+        let stamp = stamp(barrier);
         for chunk in changes.chunks(CHUNK_ROWS) {
             let encoded = encode_chunk(
                 chunk.iter().map(|(row, diff)| (*diff, row.as_slice())),
-                watermark,
+                self.watermark,
                 stamp,
             );
-            cx.state
-                .append_log(keys::log_key(topic, 0, self.next_offset), encoded);
-            self.next_offset += chunk.len() as u64;
+            self.append_chunk(encoded, chunk.len(), cx);
         }
-        self.published = watermark;
+        self.published = self.watermark;
+    }
+
+    /// An epoch without changes: an empty chunk if the watermark rose.
+    fn append_watermark(&mut self, barrier: Barrier, cx: &mut Context<'_>) {
+        if self.watermark > self.published {
+            let empty = encode_chunk(std::iter::empty(), self.watermark, stamp(barrier));
+            self.append_chunk(empty, 0, cx);
+            self.published = self.watermark;
+        }
+    }
+
+    fn append_chunk(&mut self, chunk: Vec<u8>, records: usize, cx: &mut Context<'_>) {
+        let key = keys::log_key(self.view.def.topic(), 0, self.next_offset);
+        cx.state.append_log(key, chunk);
+        self.next_offset += records as u64;
+    }
+
+    /// A view that keeps no rows: each batch's rows are encoded straight
+    /// into changelog chunks. Its changes are not netted (nothing retracts)
+    /// and need no list of rows, one allocation each, in between.
+    fn append_batches(
+        &mut self,
+        pending: &[ChangeBatch],
+        barrier: Barrier,
+        cx: &mut Context<'_>,
+    ) -> Result<()> {
+        let stamp = stamp(barrier);
+        let mut body: Option<ChunkBody> = None;
+        let mut appended = false;
+        for batch in pending {
+            let rows = self.view.codec.encode_rows(batch.rows())?;
+            let per_row = rows.size() / rows.num_rows().max(1);
+            for (row, diff) in rows.iter().zip(batch.diffs().values()) {
+                if *diff < 0 {
+                    return Err(self.retracted());
+                }
+                let chunk = body.get_or_insert_with(|| ChunkBody::for_rows(CHUNK_ROWS, per_row));
+                chunk.push(*diff, row.data());
+                if chunk.count() as usize == CHUNK_ROWS
+                    && let Some(full) = body.take()
+                {
+                    self.append_body(full, stamp, cx);
+                    appended = true;
+                }
+            }
+        }
+        match body {
+            Some(last) => self.append_body(last, stamp, cx),
+            None if !appended => self.append_watermark(barrier, cx),
+            None => {}
+        }
+        self.published = self.watermark;
+        Ok(())
+    }
+
+    fn append_body(&mut self, body: ChunkBody, stamp: Option<Stamp>, cx: &mut Context<'_>) {
+        let records = body.count() as usize;
+        let mut chunk = body.finish();
+        push_trailer(&mut chunk, self.watermark, stamp);
+        self.append_chunk(chunk, records, cx);
     }
 
     /// Apply net changes to the view's rows and its changelog.
@@ -263,6 +314,15 @@ impl Materialize {
     }
 }
 
+/// What a changelog chunk of this epoch carries besides its rows.
+fn stamp(barrier: Barrier) -> Option<Stamp> {
+    Some(Stamp {
+        epoch: barrier.epoch,
+        time: barrier.now,
+        compacted: false,
+    })
+}
+
 impl Operator for Materialize {
     fn name(&self) -> &'static str {
         "Materialize"
@@ -296,6 +356,9 @@ impl Operator for Materialize {
 
     fn on_barrier(&mut self, barrier: Barrier, cx: &mut Context<'_>) -> Result<()> {
         let pending = std::mem::take(&mut self.pending);
+        if self.every.is_none() && self.view.def.storage == Storage::LogView {
+            return self.append_batches(&pending, barrier, cx);
+        }
         let changes = self.epoch_changes(pending)?;
         match self.every {
             Some(every) => self.hold(every, changes, barrier, cx),
