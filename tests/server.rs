@@ -38,11 +38,7 @@ async fn committed_rows_survive_sigkill_exactly_once() {
         .execute("UPDATE kv SET v = 'changed' WHERE k = 50", &[])
         .await
         .expect("update");
-    drop(client);
-
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     assert_eq!(count(&client, "SELECT count(*) FROM kv").await, 190);
     assert_eq!(
         count(&client, "SELECT count(DISTINCT k) FROM kv").await,
@@ -618,11 +614,7 @@ async fn views_resume_after_sigkill_and_equal_a_recomputation() {
         .batch_execute("DELETE FROM kv WHERE k > 2900; INSERT INTO kv SELECT value, 1 FROM generate_series(5001, 5500)")
         .await
         .expect("more writes");
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client.batch_execute("FLUSH").await.expect("flush");
     let view = rows(&client, "SELECT * FROM agg").await;
     let batch = rows(&client, VIEW_QUERY).await;
@@ -702,11 +694,7 @@ async fn a_view_is_durable_once_its_create_returns() {
         ))
         .await
         .expect("setup");
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client.batch_execute("FLUSH").await.expect("flush");
     assert_eq!(count(&client, "SELECT count(*) FROM buckets").await, 100);
     assert_eq!(
@@ -733,11 +721,7 @@ async fn sql_functions_and_the_views_calling_them_survive_a_restart() {
         )
         .await
         .expect("setup");
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client
         .batch_execute("INSERT INTO notes VALUES (2, 'ccc'); FLUSH;")
         .await
@@ -775,11 +759,7 @@ async fn append_only_keyless_views_resume_after_sigkill_with_their_duplicates() 
         .batch_execute("INSERT INTO t SELECT value % 10, 'y' FROM generate_series(1, 1000)")
         .await
         .expect("backlog");
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client
         .batch_execute("INSERT INTO t SELECT value % 10, 'z' FROM generate_series(1, 1000); FLUSH")
         .await
@@ -822,11 +802,7 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
             .await
             .expect("insert");
     }
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client.batch_execute("FLUSH").await.expect("flush");
     // The watermark is 00:01:54: windows up to 00:01:50 are final.
     let expected = rows(
@@ -890,10 +866,7 @@ async fn a_late_row_read_first_after_a_restart_is_recorded_whole() {
         )
         .await
         .expect("setup");
-    drop(client);
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     // The view reads no string, so its input is decoded in part. The late
     // row leads a write of two log chunks, and only the second carries the
     // watermark: what tells the row may be late is the restored watermark.
@@ -931,11 +904,7 @@ async fn a_producers_retries_are_dropped_also_after_a_restart() {
     let retry = copy_in(&client, "COPY s FROM STDIN", "1\n2\n3\n").await;
     assert_eq!(retry.expect("copy retry"), 3);
     assert_eq!(count(&client, "SELECT count(*) FROM s").await, 3);
-    drop(client);
-
-    server.kill();
-    server.restart();
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client
         .batch_execute("SET weir.producer_id = 'p1'; SET weir.producer_seq = 7;")
         .await
@@ -1378,11 +1347,7 @@ async fn a_view_that_shares_a_subplan_resumes_after_a_restart() {
         )
         .await
         .expect("setup");
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client
         .batch_execute("INSERT INTO t VALUES (3, 1); DELETE FROM t WHERE id = 1; FLUSH;")
         .await
@@ -1416,11 +1381,7 @@ async fn views_of_a_renamed_table_survive_a_restart() {
         )
         .await
         .expect("setup");
-    drop(client);
-    server.kill();
-    server.restart();
-
-    let client = server.connect().await;
+    let client = server.crash(client).await;
     client
         .batch_execute("INSERT INTO items VALUES (2, 20); FLUSH;")
         .await

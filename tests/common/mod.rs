@@ -214,6 +214,14 @@ impl TestServer {
         self.spawn();
     }
 
+    /// A crash and a restart as a client meets them: its connection gone,
+    /// the server killed and started again on its data, a new connection.
+    pub async fn crash(&mut self, client: tokio_postgres::Client) -> tokio_postgres::Client {
+        drop(client);
+        self.restart();
+        self.connect().await
+    }
+
     pub fn connection_string(&self) -> String {
         format!("host=127.0.0.1 port={} user=weir dbname=weir", self.port)
     }
