@@ -194,6 +194,32 @@ async fn a_bad_row_far_into_the_data_fails_the_copy_and_leaves_the_table_unchang
     assert!(staged(server.data_dir()).is_empty());
 }
 
+/// The parts of a large COPY are parsed side by side and staged in data
+/// order: the header is skipped once, a line `\.` several parts in ends
+/// the data, and an error names its line in the whole data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csv_copy_of_many_parts_keeps_its_header_end_and_line_numbers() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute("CREATE TABLE t (id BIGINT, name VARCHAR) APPEND ONLY")
+        .await
+        .expect("create");
+    let csv = |range| lines(range).replace('\t', ",");
+    let sql = "COPY t FROM STDIN (FORMAT csv, HEADER)";
+    let ended = format!("id,name\n{}\\.\n{}", csv(0..200_000), csv(200_000..ROWS));
+    assert_eq!(copy_in(&client, sql, &ended).await.expect("copy"), 200_000);
+    assert_eq!(count(&client, "SELECT max(id) FROM t").await, 199_999);
+
+    let bad = format!("id,name\n{}x,y\n{}", csv(0..250_000), csv(250_000..ROWS));
+    let err = copy_in(&client, sql, &bad).await.expect_err("bad value");
+    let err = err.as_db_error().expect("a database error");
+    assert_eq!(err.code().code(), "22P02");
+    assert!(err.message().contains("line 250002"), "{}", err.message());
+    assert_eq!(count(&client, "SELECT count(*) FROM t").await, 200_000);
+    assert!(staged(server.data_dir()).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copy_fail_leaves_nothing() {
     let server = TestServer::start();

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, RecordBatch};
+use datafusion::arrow::row::Rows;
 
 use crate::catalog::Table;
 use crate::error::{Error, Result};
@@ -16,26 +17,58 @@ pub const STAGE_AFTER_BYTES: usize = 8 << 20;
 
 /// Add rows to a bulk load's stage; nothing to add is not an error.
 pub fn stage_batches(table: &Arc<Table>, batches: &[RecordBatch], stage: &mut Stage) -> Result<()> {
-    if batches.iter().all(|b| b.num_rows() == 0) {
-        return Ok(());
-    }
-    if table.def.contents_in_log() {
-        return stage_appended(table, batches, stage);
-    }
-    NewRows::encode(table, batches)?.stage(table, stage)
+    encode_part(table, batches)?.stage(table, stage)
 }
 
-/// Rows that only go to the log are encoded batch by batch straight into
-/// the stage's chunks, without a copy of each row of their own.
-fn stage_appended(table: &Table, batches: &[RecordBatch], stage: &mut Stage) -> Result<()> {
+/// Some of a bulk load's rows, encoded and not yet staged. Encoding needs
+/// nothing but the rows, so a load encodes its parts side by side and
+/// stages them in order.
+pub struct EncodedPart(Encoded);
+
+enum Encoded {
+    Empty,
+    /// Rows that only go to the log, staged straight into the stage's
+    /// chunks without a copy of each row of their own.
+    Appended {
+        rows: Vec<Rows>,
+        watermark: Option<i64>,
+    },
+    Other(NewRows),
+}
+
+/// Encode rows for a bulk load's stage.
+pub fn encode_part(table: &Table, batches: &[RecordBatch]) -> Result<EncodedPart> {
+    if batches.iter().all(|b| b.num_rows() == 0) {
+        return Ok(EncodedPart(Encoded::Empty));
+    }
+    if !table.def.contents_in_log() {
+        return Ok(EncodedPart(Encoded::Other(NewRows::encode(
+            table, batches,
+        )?)));
+    }
     refuse_system(table)?;
     let watermark = checked_watermark(table, batches)?;
-    for batch in batches {
-        let rows = table.codec.encode_rows(batch)?;
-        stage.push_appended(rows.iter().map(|r| r.data()))?;
+    let rows = batches
+        .iter()
+        .map(|batch| table.codec.encode_rows(batch))
+        .collect::<Result<_>>()?;
+    Ok(EncodedPart(Encoded::Appended { rows, watermark }))
+}
+
+impl EncodedPart {
+    pub fn stage(self, table: &Arc<Table>, stage: &mut Stage) -> Result<()> {
+        match self.0 {
+            Encoded::Empty => Ok(()),
+            Encoded::Appended { rows, watermark } => {
+                for part in &rows {
+                    stage.push_appended(part.iter().map(|r| r.data()))?;
+                }
+                stage.raise_watermark(watermark);
+                Ok(())
+            }
+            Encoded::Other(rows) => rows.stage(table, stage),
+        }
     }
-    stage.raise_watermark(watermark);
-    Ok(())
 }
 
 /// Write a statement's rows to a table; returns how many were inserted.

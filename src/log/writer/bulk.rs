@@ -79,6 +79,8 @@ pub struct Stage {
     /// Append-only rows: the chunk being filled, and where each full one
     /// is in the stage file (offset, bytes, rows).
     body: Option<ChunkBody>,
+    /// Room a new body starts with.
+    chunk_bytes: usize,
     chunks: Vec<(u64, usize, u64)>,
     /// The directory belongs to a commit marker now; dropping keeps it.
     committed: bool,
@@ -126,6 +128,7 @@ impl Stage {
             rows: 0,
             watermark: None,
             body: None,
+            chunk_bytes: CHUNK_BYTES,
             chunks: Vec::new(),
             committed: false,
         })
@@ -181,9 +184,10 @@ impl Stage {
     pub fn push_appended<'r>(&mut self, rows: impl Iterator<Item = &'r [u8]>) -> Result<()> {
         self.set_kind(Kind::Append)?;
         for row in rows {
+            let room = self.chunk_bytes;
             let body = self
                 .body
-                .get_or_insert_with(|| ChunkBody::with_capacity(CHUNK_BYTES));
+                .get_or_insert_with(|| ChunkBody::with_capacity(room));
             body.push(1, row);
             self.rows += 1;
             if body.count() as usize == CHUNK_ROWS {
@@ -200,7 +204,12 @@ impl Stage {
         };
         let rows = u64::from(body.count());
         let bytes = body.finish();
-        self.file.write_all(&bytes)?;
+        // The next body starts with room for one like this, so that it
+        // does not grow, and copy itself, as it fills.
+        self.chunk_bytes = CHUNK_BYTES.max(bytes.len() + bytes.len() / 8);
+        // A body is larger than the buffer: written past it, not through it.
+        self.file.flush()?;
+        self.file.get_mut().write_all(&bytes)?;
         self.chunks.push((self.written, bytes.len(), rows));
         self.written += bytes.len() as u64;
         Ok(())
@@ -340,9 +349,10 @@ fn write_files(
             let partition = (target.table as u32).wrapping_add(stage.rows as u32) % partitions;
             let mut value = Vec::new();
             for (i, &(at, len, rows)) in stage.chunks.iter().enumerate() {
-                value.clear();
-                value.reserve(len + TRAILER_BYTES);
+                // Only bytes beyond the last chunk's are zeroed before the
+                // read overwrites them: chunks are about the same size.
                 value.resize(len, 0);
+                value.reserve(TRAILER_BYTES);
                 file.read_exact_at(&mut value, at)?;
                 let last = i + 1 == stage.chunks.len();
                 push_trailer(&mut value, watermark.filter(|_| last), Some(stamp));

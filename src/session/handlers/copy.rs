@@ -8,31 +8,33 @@
 //! Data that fits in one part ([`PART_BYTES`]) is gathered, cut at line
 //! boundaries into one part a core, parsed and encoded side by side, and
 //! written as one request. Larger data is cut into parts while it arrives;
-//! a loader thread parses and encodes each part and appends it to a stage
-//! on disk, and the writer commits the stage at the end
-//! (`log/writer/bulk.rs`). Memory then holds a few parts, whatever the
-//! size of the data.
+//! a loader (`copy/loader.rs`) parses and encodes the parts on a thread a
+//! core and appends them in order to a stage on disk, and the writer
+//! commits the stage at the end (`log/writer/bulk.rs`). Memory then holds
+//! a few parts, whatever the size of the data.
 
+mod columns;
+mod loader;
 mod split;
 mod timestamps;
+
+pub use loader::Loader;
+
+use self::columns::{Columns, Kind};
+use super::csv::Records;
 
 use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, RecordBatch, StringArray, StringBuilder, new_null_array,
-};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, new_null_array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::util::display::FormatOptions;
 use sqlparser::ast;
-use tokio::sync::{mpsc, oneshot};
 
 use crate::catalog::{Object, Table};
 use crate::error::{Error, Result};
-use crate::log::writer::Stage;
 use crate::session::{CopyIn, Engine, Output, Session};
 use crate::sql::parser::{ident_name, object_name, parse_query};
 use crate::sql::write::NewRows;
@@ -358,92 +360,6 @@ pub async fn finish(engine: &Arc<Engine>, mut copy: CopyIn) -> Result<Output> {
     Ok(Output::with_rows("COPY", count))
 }
 
-/// A thread that parses, encodes and stages the parts of one COPY in
-/// order. Parts wait in a channel of one, so a client that sends faster
-/// than they are parsed waits for the thread.
-pub struct Loader {
-    parts: Option<mpsc::Sender<Vec<u8>>>,
-    done: oneshot::Receiver<Result<Stage>>,
-    /// Set when the COPY ends without `CopyDone`: the thread stops at its
-    /// next part instead of parsing what is queued.
-    abandoned: Arc<AtomicBool>,
-}
-
-impl Drop for Loader {
-    fn drop(&mut self) {
-        self.abandoned.store(true, Ordering::Release);
-    }
-}
-
-impl std::fmt::Debug for Loader {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Loader").finish_non_exhaustive()
-    }
-}
-
-impl Loader {
-    fn start(engine: &Arc<Engine>, layout: Layout) -> Result<Loader> {
-        let stage = engine.writer.stage()?;
-        let (parts, receiver) = mpsc::channel(1);
-        let (reply, done) = oneshot::channel();
-        let abandoned = Arc::new(AtomicBool::new(false));
-        let stop = abandoned.clone();
-        std::thread::Builder::new()
-            .name("weir-copy".into())
-            .spawn(move || {
-                let _ = reply.send(load(&layout, stage, receiver, &stop));
-            })?;
-        Ok(Loader {
-            parts: Some(parts),
-            done,
-            abandoned,
-        })
-    }
-
-    /// Hand on a part. A loader that stopped (a bad row, or `\.`) takes
-    /// no more; what it stopped for is the statement's outcome.
-    async fn send(&mut self, part: Vec<u8>) {
-        if let Some(parts) = &self.parts
-            && parts.send(part).await.is_err()
-        {
-            self.parts = None;
-        }
-    }
-
-    async fn finish(mut self) -> Result<Stage> {
-        self.parts = None;
-        (&mut self.done)
-            .await
-            .map_err(|_| Error::Internal("the COPY loader thread stopped".into()))?
-    }
-}
-
-/// The loader thread: each part parsed, encoded and staged in turn. On an
-/// error the stage is dropped, which removes it from disk.
-fn load(
-    layout: &Layout,
-    mut stage: Stage,
-    mut parts: mpsc::Receiver<Vec<u8>>,
-    abandoned: &AtomicBool,
-) -> Result<Stage> {
-    let mut lines = 0;
-    let mut first = true;
-    while let Some(part) = parts.blocking_recv() {
-        if abandoned.load(Ordering::Acquire) {
-            return Err(Error::Canceled);
-        }
-        let parsed = parse(layout, &part, first, lines)?;
-        drop(part);
-        first = false;
-        lines += parsed.lines;
-        crate::sql::write::stage_batches(&layout.table, &parsed.batches, &mut stage)?;
-        if parsed.ended {
-            break;
-        }
-    }
-    Ok(stage)
-}
-
 fn encode(copy: &Layout, data: &[u8]) -> Result<NewRows> {
     let parts = split::parts(data, copy.format.csv, cores());
     if parts.len() > 1
@@ -538,12 +454,13 @@ fn parse_text(
         .map_err(|e| Error::InvalidInput(format!("COPY data is not valid UTF-8: {e}")))?;
     let width = copy.columns.len();
     let delimiter = copy.format.delimiter as char;
-    let mut columns = Columns::new(width);
+    let mut columns = Columns::text(width);
+    let mut batches = Vec::new();
     let mut fields: Vec<&str> = Vec::with_capacity(width);
     for (line_no, line) in text.split('\n').enumerate() {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line == "\\." {
-            return Ok((columns.finish(), true));
+            return Ok((columns.finish_text(batches), true));
         }
         if line.is_empty() && line_no > 0 && rows_remaining_empty(text, line_no) {
             break;
@@ -565,8 +482,11 @@ fn parse_text(
                 .iter()
                 .map(|f| (*f != copy.format.null).then(|| unescape(f))),
         );
+        if columns.rows() == BATCH_ROWS {
+            batches.extend(columns.take());
+        }
     }
-    Ok((columns.finish(), false))
+    Ok((columns.finish_text(batches), false))
 }
 
 /// Only a trailing newline produces an empty last line; anywhere else an empty line is a row.
@@ -601,56 +521,6 @@ fn unescape(field: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Parsed fields gathered into string columns, a batch every BATCH_ROWS.
-struct Columns {
-    builders: Vec<StringBuilder>,
-    rows: usize,
-    batches: Vec<Vec<ArrayRef>>,
-}
-
-impl Columns {
-    fn new(width: usize) -> Columns {
-        Columns {
-            builders: (0..width).map(|_| StringBuilder::new()).collect(),
-            rows: 0,
-            batches: Vec::new(),
-        }
-    }
-
-    fn push<S: AsRef<str>>(&mut self, fields: impl Iterator<Item = Option<S>>) {
-        for (builder, field) in self.builders.iter_mut().zip(fields) {
-            builder.append_option(field);
-        }
-        self.rows += 1;
-        if self.rows.is_multiple_of(BATCH_ROWS) {
-            self.cut();
-        }
-    }
-
-    /// Each builder starts again with room for as many bytes as its last
-    /// batch held, so that a long column is not grown and copied bit by bit.
-    fn cut(&mut self) {
-        let batch = self
-            .builders
-            .iter_mut()
-            .map(|b| {
-                let column = b.finish();
-                let bytes = column.value_data().len();
-                *b = StringBuilder::with_capacity(BATCH_ROWS, bytes + bytes / 8);
-                Arc::new(column) as ArrayRef
-            })
-            .collect();
-        self.batches.push(batch);
-    }
-
-    fn finish(mut self) -> Vec<Vec<ArrayRef>> {
-        if !self.rows.is_multiple_of(BATCH_ROWS) {
-            self.cut();
-        }
-        self.batches
-    }
-}
-
 /// CSV format: an unquoted field equal to the NULL string is NULL.
 fn parse_csv(
     copy: &Layout,
@@ -658,21 +528,61 @@ fn parse_csv(
     first: bool,
     before: usize,
 ) -> Result<(Vec<Vec<ArrayRef>>, bool, usize)> {
-    let width = copy.columns.len();
-    let skip = usize::from(first && copy.format.header);
-    let mut records = super::csv::Records::new(data, copy.format.delimiter)?;
-    let mut fields = Vec::with_capacity(width);
-    let mut columns = Columns::new(width);
+    let kinds = copy
+        .columns
+        .iter()
+        .map(|i| Kind::of(copy.table.schema.field(*i).data_type()))
+        .collect();
+    let mut columns = Columns::new(kinds);
+    let mut records = Records::new(data, copy.format.delimiter)?;
+    let mut fields = Vec::with_capacity(copy.columns.len());
+    let mut batches = Vec::new();
     let mut lines = 0;
-    while records.next_into(&mut fields)? {
+    if first && copy.format.header && records.next_into(&mut fields)? {
         lines += 1;
-        if lines <= skip {
-            continue;
+    }
+    loop {
+        let start = records.position();
+        let more = read_batch(
+            copy,
+            &mut records,
+            &mut fields,
+            &mut columns,
+            &mut lines,
+            before,
+        )?;
+        if columns.rows() > 0 {
+            match columns.take() {
+                Some(batch) => batches.push(batch),
+                None => batches.push(read_as_text(copy, &data[start..records.position()])?),
+            }
         }
+        if !more {
+            return Ok((batches, records.ended_early(), lines));
+        }
+    }
+}
+
+/// Records into `columns` until they hold a batch; false once the data
+/// has ended. `lines` counts the records read, for errors.
+fn read_batch<'a>(
+    copy: &Layout,
+    records: &mut Records<'a>,
+    fields: &mut Vec<super::csv::Field<'a>>,
+    columns: &mut Columns,
+    lines: &mut usize,
+    before: usize,
+) -> Result<bool> {
+    let width = copy.columns.len();
+    while columns.rows() < BATCH_ROWS {
+        if !records.next_into(fields)? {
+            return Ok(false);
+        }
+        *lines += 1;
         if fields.len() != width {
             return Err(Error::InvalidInput(format!(
                 "COPY record {}: expected {width} columns, found {}",
-                before + lines,
+                before + *lines,
                 fields.len()
             )));
         }
@@ -682,7 +592,17 @@ fn parse_csv(
                 .map(|f| (f.quoted || f.text != copy.format.null).then_some(f.text)),
         );
     }
-    Ok((columns.finish(), records.ended_early(), lines))
+    Ok(true)
+}
+
+/// One batch's records read again with every column as text, for the
+/// casts to read and, where a value is wrong, to name it.
+fn read_as_text(copy: &Layout, data: &[u8]) -> Result<Vec<ArrayRef>> {
+    let mut columns = Columns::text(copy.columns.len());
+    let mut records = Records::new(data, copy.format.delimiter)?;
+    let mut fields = Vec::with_capacity(copy.columns.len());
+    read_batch(copy, &mut records, &mut fields, &mut columns, &mut 0, 0)?;
+    Ok(columns.take().unwrap_or_default())
 }
 
 /// Strings in data order into a batch in table order, cast to the column

@@ -21,6 +21,11 @@ pub struct Records<'a> {
     at: usize,
     delimiter: u8,
     read: usize,
+    /// The delimiters, line breaks and quotes after `base`, found a block
+    /// of the data at a time: most fields are short, and a search started
+    /// for each of them would cost more than the field.
+    stops: memchr::Memchr3<'a>,
+    base: usize,
 }
 
 impl<'a> Records<'a> {
@@ -32,6 +37,8 @@ impl<'a> Records<'a> {
             at: 0,
             delimiter,
             read: 0,
+            stops: memchr::memchr3_iter(delimiter, b'\n', b'"', data),
+            base: 0,
         })
     }
 
@@ -53,28 +60,39 @@ impl<'a> Records<'a> {
         }
     }
 
+    /// Bytes of the data read so far: where the next record starts.
+    pub fn position(&self) -> usize {
+        self.at
+    }
+
     /// Whether a line `\.` ended the data before its end.
     pub fn ended_early(&self) -> bool {
         self.at < self.text.len()
     }
 
-    /// A field without quotes is a slice of the data, found with one scan;
-    /// only a quoted one is copied, to take its quotes out.
+    /// A field without quotes is a slice of the data; only a quoted one is
+    /// copied, to take its quotes out.
     fn field(&mut self) -> Result<(Field<'a>, End)> {
-        let bytes = &self.text.as_bytes()[self.at..];
-        let stop = memchr::memchr3(self.delimiter, b'\n', b'"', bytes);
+        let bytes = self.text.as_bytes();
+        let stop = self.stops.next().map(|i| self.base + i);
         let (len, next, end) = match stop {
-            Some(i) if bytes[i] == b'"' => return self.quoted_field(),
-            Some(i) if bytes[i] == b'\n' => {
-                let len = if i > 0 && bytes[i - 1] == b'\r' {
-                    i - 1
-                } else {
-                    i
-                };
-                (len, i + 1, End::Line)
+            Some(i) if bytes[i] == b'"' => {
+                let field = self.quoted_field();
+                // The search goes on after the field's closing quote.
+                self.base = self.at.min(bytes.len());
+                self.stops = memchr::memchr3_iter(self.delimiter, b'\n', b'"', &bytes[self.base..]);
+                return field;
             }
-            Some(i) => (i, i + 1, End::Delimiter),
-            None => (bytes.len(), bytes.len(), End::Line),
+            Some(i) if bytes[i] == b'\n' => {
+                let len = if i > self.at && bytes[i - 1] == b'\r' {
+                    i - 1 - self.at
+                } else {
+                    i - self.at
+                };
+                (len, i + 1 - self.at, End::Line)
+            }
+            Some(i) => (i - self.at, i + 1 - self.at, End::Delimiter),
+            None => (bytes.len() - self.at, bytes.len() - self.at, End::Line),
         };
         // The stops are ASCII, so the slice falls on character boundaries.
         let text = &self.text[self.at..self.at + len];

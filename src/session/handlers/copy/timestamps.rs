@@ -36,7 +36,7 @@ pub fn parse_column(strings: &StringArray, to: &DataType) -> Option<ArrayRef> {
 }
 
 /// Microseconds since 1970 of one canonical timestamp.
-fn parse(text: &[u8]) -> Option<i64> {
+pub(super) fn parse(text: &[u8]) -> Option<i64> {
     if text.len() < 19 || text[4] != b'-' || text[7] != b'-' || text[10] != b' ' {
         return None;
     }
