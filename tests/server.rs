@@ -1330,8 +1330,9 @@ async fn reads_through_a_trailing_index_see_every_write() {
     );
 }
 
-/// A renamed table is read under its new name by the views that read it,
-/// also once they are planned again at a restart.
+/// A view whose query holds one subplan twice builds it once; the flag
+/// that says so is kept, so a restart rebuilds the same graph and finds
+/// the state its operators stored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_view_that_shares_a_subplan_resumes_after_a_restart() {
     let mut server = TestServer::start();
