@@ -359,3 +359,193 @@ async fn bad_cluster_settings_stop_the_node_and_a_lone_node_is_a_cluster_of_one(
         )]
     );
 }
+
+/// `k|count|sum` by k for events 0..n keyed `i % 40`, and `k|minute|count`.
+fn partitioned_recount(n: i64) -> (Vec<String>, Vec<String>) {
+    let mut totals: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    let mut minutes: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    for i in 0..n {
+        let entry = totals.entry(i % 40).or_default();
+        entry.0 += 1;
+        entry.1 += i;
+        *minutes.entry((i % 40, i / 60)).or_default() += 1;
+    }
+    (
+        totals
+            .into_iter()
+            .map(|(k, (count, sum))| format!("{k}|{count}|{sum}"))
+            .collect(),
+        minutes
+            .into_iter()
+            .map(|((k, m), count)| format!("{k}|2024-01-01 {:02}:{:02}:00|{count}", m / 60, m % 60))
+            .collect(),
+    )
+}
+
+async fn produce_keyed(bootstrap: &str, topic: &str, events: std::ops::Range<i64>) {
+    let payloads: Vec<Vec<u8>> = events
+        .clone()
+        .map(|i| {
+            format!(
+                r#"{{"k": {}, "v": {i}, "at": "2024-01-01 {:02}:{:02}:{:02}"}}"#,
+                i % 40,
+                i / 3600,
+                i / 60 % 60,
+                i % 60
+            )
+            .into_bytes()
+        })
+        .collect();
+    let records: Vec<kafka::Outgoing> = payloads
+        .iter()
+        .zip(events)
+        .map(|(p, i)| (None, Some(p.as_slice()), Some((i % 6) as i32)))
+        .collect();
+    kafka::produce(bootstrap, topic, &records).await;
+}
+
+/// A view's operator state entries on a node, from its `/state` page.
+async fn state_entries(server: &TestServer, view: &str) -> u64 {
+    let page = server.http_get("/state").await;
+    let wanted = format!("weir_view_state_entries{{view=\"{view}\"}} ");
+    page.lines()
+        .find_map(|line| line.strip_prefix(&wanted))
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+async fn wait_for_partitioned(clients: &[&tokio_postgres::Client], n: i64) {
+    let (totals, minutes) = partitioned_recount(n);
+    for client in clients {
+        wait_until(
+            client,
+            "SELECT * FROM totals ORDER BY k",
+            "the recount",
+            |r| r == totals,
+        )
+        .await;
+        wait_until(
+            client,
+            "SELECT * FROM per_minute ORDER BY k, window_start",
+            "the windowed recount",
+            |r| r == minutes,
+        )
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill() {
+    let bootstrap = kafka::bootstrap();
+    let cluster = kafka::unique_topic("p");
+    let topic = kafka::unique_topic("keyed");
+    kafka::create_topic(&bootstrap, &topic, 6).await;
+    let n1 = node(&cluster, &bootstrap, "n1");
+    let n2 = node(&cluster, &bootstrap, "n2");
+    let mut n3 = node(&cluster, &bootstrap, "n3");
+    let (c1, c2) = (n1.connect().await, n2.connect().await);
+    let c3 = n3.connect().await;
+    for client in [&c1, &c2, &c3] {
+        wait_until(client, "SHOW CLUSTER", "three nodes", |r| {
+            split_among(r, &["n1", "n2", "n3"])
+        })
+        .await;
+    }
+    c2.batch_execute(&format!(
+        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP) \
+         WITH (connector = 'kafka', topic = '{topic}', \
+           properties.bootstrap.server = '{bootstrap}') FORMAT PLAIN ENCODE JSON;
+         CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS \
+           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
+         CREATE MATERIALIZED VIEW whole AS \
+           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
+         CREATE MATERIALIZED VIEW per_minute WITH (partitioned = true) AS \
+           SELECT k, window_start, count(*) AS n \
+           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start"
+    ))
+    .await
+    .expect("DDL on n2");
+    produce_keyed(&bootstrap, &topic, 0..300).await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 300).await;
+    // Each node keeps a share of the groups, the whole view all of them.
+    for server in [&n1, &n2, &n3] {
+        let part = state_entries(server, "totals").await;
+        let whole = state_entries(server, "whole").await;
+        assert!(
+            part > 0 && part * 2 < whole,
+            "node on {}: {part} entries of the partitioned view, {whole} of the whole one",
+            server.port
+        );
+    }
+    assert_eq!(
+        sqlstate(&c1, "SUBSCRIBE totals").await,
+        "0A000",
+        "a change stream of one node's partitions"
+    );
+
+    // A node dies mid-stream: the others take its partitions over and
+    // build them from their own logs.
+    n3.kill();
+    produce_keyed(&bootstrap, &topic, 300..450).await;
+    wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
+        split_among(r, &["n1", "n2"])
+    })
+    .await;
+    wait_for_partitioned(&[&c1, &c2], 450).await;
+
+    n3.restart();
+    let c3 = n3.connect().await;
+    produce_keyed(&bootstrap, &topic, 450..600).await;
+    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
+        split_among(r, &["n1", "n2", "n3"])
+    })
+    .await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 600).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_view_is_refused_where_a_cluster_could_not_split_it() {
+    let bootstrap = kafka::bootstrap();
+    let topic = kafka::unique_topic("alone");
+    kafka::create_topic(&bootstrap, &topic, 2).await;
+    let server = TestServer::start();
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE t (k INT, v INT);
+             CREATE SOURCE s (k INT, v INT) WITH (connector = 'kafka', topic = '{topic}', \
+               properties.bootstrap.server = '{bootstrap}') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW p WITH (partitioned = true) AS \
+               SELECT k, sum(v) AS total FROM s GROUP BY k"
+        ))
+        .await
+        .expect("setup");
+    for (sql, code) in [
+        (
+            "CREATE MATERIALIZED VIEW bad WITH (partitioned = true) AS \
+             SELECT k, count(*) FROM t GROUP BY k",
+            "0A000",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW bad WITH (partitioned = true) AS SELECT k, v FROM s",
+            "0A000",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW bad WITH (partitioned = true) AS \
+             SELECT count(*) AS n FROM s GROUP BY k",
+            "0A000",
+        ),
+        (
+            "CREATE MATERIALIZED VIEW bad WITH (partitioned = maybe) AS \
+             SELECT k, count(*) FROM s GROUP BY k",
+            "22023",
+        ),
+        ("CREATE MATERIALIZED VIEW bad AS SELECT * FROM p", "0A000"),
+        ("SUBSCRIBE p", "0A000"),
+        ("CREATE INDEX ON p (total)", "0A000"),
+    ] {
+        assert_eq!(sqlstate(&client, sql).await, code, "{sql}");
+    }
+    // On a node of its own, the view is whole and reads as any other.
+    client.batch_execute("FLUSH").await.expect("flush");
+    assert!(rows(&client, "SELECT * FROM p").await.is_empty());
+}

@@ -109,6 +109,10 @@ pub struct ViewDef {
     /// before that, whose stored state is numbered by their older graph.
     #[serde(default)]
     pub shared_subplans: bool,
+    /// `WITH (partitioned = true)`: in a cluster, each node keeps the
+    /// groups of the partitions it owns ([`crate::sql::partition`]).
+    #[serde(default)]
+    pub partitioned: bool,
 }
 
 /// An index (`CREATE INDEX i ON t (a, b) [INCLUDE (c)]`): a view of `t`'s
@@ -937,6 +941,22 @@ impl Catalog {
             .filter(|o| o.def().depends_on().contains(&id))
             .map(object_name)
             .collect()
+    }
+
+    /// Remove a view's stored rows, changelog and state, keeping its
+    /// definition, so that it can be built again from its inputs; `then`
+    /// is written in the same write (the view's new marks).
+    pub fn clear_data(&self, table: &Table, then: (&[u8], &[u8])) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        let prefix = keys::table_prefix(table.def.id);
+        let end = keys::prefix_end(&prefix);
+        batch.delete_range_cf(cf(&self.db, CF_ROWS), &prefix, &end);
+        let topic = keys::table_prefix(table.def.topic());
+        batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
+        batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &end);
+        batch.put_cf(cf(&self.db, CF_STATE), then.0, then.1);
+        self.db.write_opt(batch, &sync_write())?;
+        Ok(())
     }
 
     /// Remove objects and their stored data in one atomic write.

@@ -53,6 +53,7 @@ pub struct Member {
 
 pub struct Membership {
     book: Arc<Mutex<Book>>,
+    owned: tokio::sync::watch::Receiver<Vec<i32>>,
     stop: Arc<AtomicBool>,
     threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
@@ -105,6 +106,8 @@ impl Book {
 struct Rebalances {
     owned: Arc<Mutex<Vec<i32>>>,
     changed: Arc<AtomicBool>,
+    /// Tells the node's partitioned views what it owns now.
+    published: tokio::sync::watch::Sender<Vec<i32>>,
 }
 
 impl ClientContext for Rebalances {}
@@ -121,6 +124,7 @@ impl ConsumerContext for Rebalances {
             Rebalance::Revoke(_) => owned.clear(),
             Rebalance::Error(e) => tracing::warn!(cause = %e, "a cluster rebalance failed"),
         }
+        self.published.send_replace(owned.clone());
         self.changed.store(true, Ordering::Relaxed);
     }
 }
@@ -137,7 +141,8 @@ impl Membership {
     pub fn join(place: &Place<'_>, me: NodeInfo) -> Result<Membership> {
         let book = Arc::new(Mutex::new(Book::default()));
         let stop = Arc::new(AtomicBool::new(false));
-        let announcer = Announcer::new(place, me)?;
+        let (published, owned) = tokio::sync::watch::channel(Vec::new());
+        let announcer = Announcer::new(place, me, published)?;
         let reader = book_reader(place.kafka, place.book_topic)?;
         let threads = vec![
             spawn("weir-cluster", {
@@ -151,6 +156,7 @@ impl Membership {
         ];
         Ok(Membership {
             book,
+            owned,
             stop,
             threads: Mutex::new(threads),
         })
@@ -158,6 +164,12 @@ impl Membership {
 
     pub fn members(&self) -> Vec<Member> {
         self.book.lock().expect("book lock").members(now_ms())
+    }
+
+    /// This node's partitions, as each rebalance leaves them: empty
+    /// between a revocation and the assignment that follows it.
+    pub fn owned(&self) -> tokio::sync::watch::Receiver<Vec<i32>> {
+        self.owned.clone()
     }
 
     /// Leaves the group and says so in the book; waits until both are done.
@@ -194,12 +206,17 @@ struct Announcer {
 }
 
 impl Announcer {
-    fn new(place: &Place<'_>, me: NodeInfo) -> Result<Announcer> {
+    fn new(
+        place: &Place<'_>,
+        me: NodeInfo,
+        published: tokio::sync::watch::Sender<Vec<i32>>,
+    ) -> Result<Announcer> {
         let owned = Arc::new(Mutex::new(Vec::new()));
         let changed = Arc::new(AtomicBool::new(true));
         let context = Rebalances {
             owned: owned.clone(),
             changed: changed.clone(),
+            published,
         };
         let consumer: BaseConsumer<Rebalances> = client_config(place.kafka)
             .set("group.id", place.group)
@@ -312,6 +329,7 @@ mod tests {
                 node: node.into(),
                 address: format!("{node}:6544"),
                 http_address: format!("{node}:6545"),
+                token: String::new(),
             },
             partitions: partitions.to_vec(),
             leaving,

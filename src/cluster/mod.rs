@@ -38,13 +38,20 @@ pub struct NodeInfo {
     pub node: String,
     /// Its pgwire address.
     pub address: String,
-    /// Its HTTP address (`/metrics`, the dashboard).
+    /// Its HTTP address (`/metrics`, the dashboard, and the rows of its
+    /// partitions of partitioned views).
     pub http_address: String,
+    /// What a peer shows to read rows from it: only the cluster's nodes,
+    /// which read it in the address book, know it.
+    #[serde(default)]
+    pub token: String,
 }
 
 /// This node's membership of its cluster.
 pub struct Cluster {
     pub me: NodeInfo,
+    /// The partitions the cluster's work is split into.
+    pub partitions: u32,
     membership: membership::Membership,
     log: catalog_log::CatalogLog,
 }
@@ -54,7 +61,7 @@ impl Cluster {
     /// this node in the address book and joins the group.
     pub async fn join(name: &str, kafka: &str, me: NodeInfo, partitions: u32) -> Result<Cluster> {
         let topics = topics::Topics::of(name);
-        topics::ensure(kafka, &topics, partitions).await?;
+        let partitions = topics::ensure(kafka, &topics, partitions).await?;
         let log = catalog_log::CatalogLog::open(kafka, &topics.catalog)?;
         let place = membership::Place {
             kafka,
@@ -65,6 +72,7 @@ impl Cluster {
         let membership = membership::Membership::join(&place, me.clone())?;
         Ok(Cluster {
             me,
+            partitions,
             membership,
             log,
         })
@@ -73,6 +81,11 @@ impl Cluster {
     /// The live nodes and what each owns, as their announcements say.
     pub fn members(&self) -> Vec<Member> {
         self.membership.members()
+    }
+
+    /// This node's partitions, as they change.
+    pub fn owned(&self) -> tokio::sync::watch::Receiver<Vec<i32>> {
+        self.membership.owned()
     }
 
     /// Appends a statement to the catalog log; returns once Kafka holds it.

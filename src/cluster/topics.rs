@@ -32,8 +32,8 @@ impl Topics {
 
 /// Creates whichever of the topics does not exist yet, and waits until the
 /// work topic shows its partitions: the first node's number, which later
-/// nodes keep whatever they were told.
-pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<()> {
+/// nodes keep whatever they were told. Returns that number.
+pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32> {
     let admin: AdminClient<DefaultClientContext> = client_config(kafka)
         .create()
         .map_err(|e| kafka_error("cannot make a Kafka client", e))?;
@@ -66,7 +66,7 @@ pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<()>
             "the cluster already has its number of partitions; keeping it"
         );
     }
-    Ok(())
+    Ok(found)
 }
 
 /// A topic's partitions, once its metadata shows them.

@@ -2,7 +2,9 @@
 //! reads (`/api/overview`, `/api/views/NAME`), `GET /metrics` in
 //! Prometheus' text format, and `GET /state`, which counts every view's
 //! operator state entries exactly (it walks the state, so it is for
-//! inspection, not for scraping). What changes the node goes through pgwire, where roles are
+//! inspection, not for scraping). In a cluster, the node's partitions of
+//! a partitioned view's rows go to the other nodes as an Arrow stream
+//! (`/internal/partitions/ID`), for those that show the node's token. What changes the node goes through pgwire, where roles are
 //! checked (`VACUUM` compacts the store).
 //!
 //! With `--tls-cert` the port speaks HTTPS with the pgwire port's
@@ -21,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::session::Engine;
+use crate::session::partitioned::PARTITION_ROWS;
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
@@ -81,6 +84,7 @@ const TEXT: &str = "text/plain; charset=utf-8";
 /// Prometheus' text format is plain text with a version parameter.
 const PROMETHEUS: &str = "text/plain; version=0.0.4";
 const JSON: &str = "application/json";
+const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 
 async fn serve<S>(engine: &Engine, mut socket: S) -> std::io::Result<()>
 where
@@ -93,6 +97,13 @@ where
     let method = line.next().unwrap_or("GET");
     let target = line.next().unwrap_or("/");
     let path = target.split('?').next().unwrap_or(target);
+    if let ("GET", Some(view)) = (method, path.strip_prefix(PARTITION_ROWS)) {
+        let query = target.split_once('?').map_or("", |(_, q)| q);
+        return match engine.rows_for_peer(view, query) {
+            Ok(rows) => respond(socket, "200 OK", ARROW_STREAM, rows).await,
+            Err(e) => respond(socket, "400 Bad Request", TEXT, format!("{e}\n")).await,
+        };
+    }
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => ("200 OK", PROMETHEUS, metrics(engine)),
         ("GET", "/state") => ("200 OK", PROMETHEUS, state_entries(engine)),
@@ -152,21 +163,23 @@ async fn respond<S>(
     mut socket: S,
     status: &str,
     content_type: &str,
-    body: String,
+    body: impl AsRef<[u8]>,
 ) -> std::io::Result<()>
 where
     S: AsyncWrite + Unpin,
 {
+    let body = body.as_ref();
     let allow = if status.starts_with("405") {
         "Allow: GET\r\n"
     } else {
         ""
     };
-    let response = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Cache-Control: no-store\r\nConnection: close\r\n\r\n{body}",
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{allow}Cache-Control: no-store\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    socket.write_all(response.as_bytes()).await?;
+    socket.write_all(head.as_bytes()).await?;
+    socket.write_all(body).await?;
     socket.shutdown().await
 }
 

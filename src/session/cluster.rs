@@ -84,7 +84,8 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
     let me = NodeInfo {
         node: engine.config.node_name.clone(),
         address: engine.config.advertise.clone(),
-        http_address: engine.config.http_listen.to_string(),
+        http_address: http_address(engine),
+        token: token()?,
     };
     let cluster = Cluster::join(
         &settings.name,
@@ -126,9 +127,35 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
         statements = end - applied,
         "caught up with the cluster's catalog"
     );
+    let _ = engine
+        .peers
+        .set(Arc::new(super::partitioned::ClusterPeers::new(engine)));
+    tokio::spawn(super::partitioned::follow_ownership(engine.clone()));
     let engine = engine.clone();
     tokio::spawn(async move { keep_following(engine, replication, follower).await });
     Ok(())
+}
+
+/// Where the others reach this node's HTTP port: its listen address, or,
+/// when that is every interface, the advertised host.
+fn http_address(engine: &Engine) -> String {
+    let listen = engine.config.http_listen;
+    if !listen.ip().is_unspecified() {
+        return listen.to_string();
+    }
+    let advertised = &engine.config.advertise;
+    let host = advertised
+        .rsplit_once(':')
+        .map_or(advertised.as_str(), |(host, _)| host);
+    format!("{host}:{}", listen.port())
+}
+
+/// A new secret for each start: peers read it in the address book.
+fn token() -> Result<String> {
+    let mut bytes = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes)
+        .map_err(|_| Error::Internal("no random numbers for the cluster token".into()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A data directory serves one cluster: ids and the log's offsets mean

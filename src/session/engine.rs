@@ -45,6 +45,11 @@ pub struct Engine {
     pub(super) background: tokio::runtime::Handle,
     /// The cluster this node joined, once it has.
     pub(super) cluster: std::sync::OnceLock<Arc<super::cluster::Replication>>,
+    /// Where reads of partitioned views find the other nodes' partitions.
+    pub(super) peers: crate::sql::provider::PeersSlot,
+    /// Held while partitioned views are created or rebuilt for other
+    /// partitions, so that the two do not meet halfway.
+    pub(super) partitioning: tokio::sync::Mutex<()>,
 }
 
 /// Counters exported on `/metrics`.
@@ -129,6 +134,11 @@ impl Engine {
         super::cluster::join(self).await
     }
 
+    /// This node's partitions of a partitioned view, for another node.
+    pub fn rows_for_peer(&self, view: &str, query: &str) -> Result<Vec<u8>> {
+        super::partitioned::rows_for_peer(self, view, query)
+    }
+
     /// Leaves the cluster's group, so that the others take over at once.
     pub fn leave_cluster(&self) {
         if let Some(replication) = self.cluster() {
@@ -177,7 +187,7 @@ impl Engine {
         let now: crate::log::writer::Now = Arc::new(move || now_clock.now().timestamp_micros());
         let writer = Writer::start(&store, Some(disk.clone()), config.fsync, now.clone())?;
         let failures = Failures::default();
-        let ctx = session_context(&catalog, &store, &writer, &clock, &failures)?;
+        let (ctx, peers) = session_context(&catalog, &store, &writer, &clock, &failures)?;
         let late_events = catalog.ensure_table(late::LATE_EVENTS, late::definition)?;
         let view_errors = catalog.ensure_table(
             crate::catalog::VIEW_ERRORS,
@@ -222,6 +232,8 @@ impl Engine {
             connectors: Default::default(),
             background: tokio::runtime::Handle::current(),
             cluster: std::sync::OnceLock::new(),
+            peers,
+            partitioning: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -303,7 +315,7 @@ fn session_context(
     writer: &Writer,
     clock: &Arc<Clock>,
     failures: &Failures,
-) -> Result<SessionContext> {
+) -> Result<(SessionContext, crate::sql::provider::PeersSlot)> {
     let mut config = SessionConfig::new()
         .with_default_catalog_and_schema(DATABASE, "public")
         .with_create_default_catalog_and_schema(false)
@@ -327,6 +339,7 @@ fn session_context(
         failures.clone(),
     ));
     schema.plan_views_with(ctx.state_weak_ref());
+    let peers = schema.peers();
     databases
         .register_schema("public", schema)
         .map_err(Error::from)?;
@@ -377,5 +390,5 @@ fn session_context(
     }
     ctx.deregister_udaf("percentile_cont");
     ctx.register_udaf(crate::sql::percentile::percentile_cont());
-    Ok(ctx)
+    Ok((ctx, peers))
 }

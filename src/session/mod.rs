@@ -4,6 +4,7 @@ pub mod cluster;
 mod engine;
 pub mod handlers;
 mod observe;
+pub mod partitioned;
 pub mod privileges;
 pub mod streams;
 pub mod wire;

@@ -17,6 +17,7 @@ pub mod labelled;
 pub mod lookup;
 pub mod make_time;
 pub mod parser;
+pub mod partition;
 pub mod percentile;
 pub mod pg_catalog;
 pub mod plan;

@@ -10,6 +10,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
 use datafusion::common::{Constraint, Constraints, DataFusionError};
 use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::dml::InsertOp;
@@ -27,6 +28,7 @@ use crate::error::Error;
 use crate::log::embedded;
 use crate::sql::keyaccess::{self, KeyAccess};
 use crate::sql::labelled::Labelled;
+use crate::sql::partition::{self, Owned};
 use crate::sql::write;
 use crate::state::{CF_ROWS, ReadView, Store, keys};
 
@@ -45,6 +47,22 @@ pub struct WeirSchema {
     /// The session state logical views are planned with, set once the
     /// context that holds this schema exists.
     planner: std::sync::OnceLock<Planner>,
+    /// The cluster's other nodes, once this node joined one: partitioned
+    /// views are read from them too.
+    peers: PeersSlot,
+}
+
+/// Where the cluster's other nodes are set, once this node joined them.
+pub type PeersSlot = Arc<std::sync::OnceLock<Arc<dyn Peers>>>;
+
+/// Where a partitioned view's other partitions are read: the cluster's
+/// other nodes.
+#[async_trait]
+pub trait Peers: Send + Sync + std::fmt::Debug {
+    /// The partitions this node answers for.
+    fn mine(&self) -> Option<Owned>;
+    /// The rows of `table`'s partitions that the other nodes own.
+    async fn rows_elsewhere(&self, table: &Table) -> crate::Result<Vec<RecordBatch>>;
 }
 
 type Planner = std::sync::Weak<parking_lot::RwLock<datafusion::execution::SessionState>>;
@@ -62,7 +80,13 @@ impl WeirSchema {
             writer,
             failures,
             planner: std::sync::OnceLock::new(),
+            peers: Arc::default(),
         }
+    }
+
+    /// Where partitioned views' other partitions are read, once known.
+    pub fn peers(&self) -> PeersSlot {
+        self.peers.clone()
     }
 
     /// Where logical views get planned: the context this schema serves.
@@ -124,9 +148,16 @@ impl SchemaProvider for WeirSchema {
         }
         Ok(self.catalog.relation(name).map(|table| {
             let indexes = IndexRead::all_of(&self.catalog, &table);
-            let source = TableSource::new(table, self.store.clone(), self.writer.clone())
+            let partitioned = matches!(
+                self.catalog.by_id(table.def.id),
+                Some(crate::catalog::Object::MaterializedView(v)) if v.def.partitioned
+            );
+            let mut source = TableSource::new(table, self.store.clone(), self.writer.clone())
                 .with_failures(self.failures.clone())
                 .with_indexes(indexes);
+            if partitioned {
+                source.peers = self.peers.get().cloned();
+            }
             Arc::new(source) as Arc<dyn TableProvider>
         }))
     }
@@ -147,6 +178,8 @@ pub struct TableSource {
     failures: Option<Failures>,
     /// The table's indexes, which a scan reads when its filters bound one.
     indexes: Vec<IndexRead>,
+    /// A partitioned view in a cluster: the nodes that hold the rest of it.
+    peers: Option<Arc<dyn Peers>>,
 }
 
 impl TableSource {
@@ -163,6 +196,7 @@ impl TableSource {
             constraints,
             failures: None,
             indexes: Vec::new(),
+            peers: None,
         }
     }
 
@@ -222,6 +256,60 @@ impl TableSource {
             None => Ok(()),
         }
     }
+}
+
+impl TableSource {
+    /// A partitioned view: this node's partitions from the snapshot, the
+    /// others' from their nodes, each node answering for the partitions
+    /// the address book gives it.
+    async fn gather(
+        &self,
+        view: Arc<ReadView>,
+        peers: &Arc<dyn Peers>,
+        projection: Option<&Vec<usize>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let table = self.table.clone();
+        let local = tokio::task::spawn_blocking(move || local_rows(&table, &view))
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))??;
+        let mut rows = match peers.mine() {
+            Some(mine) => local
+                .iter()
+                .map(|b| partition::keep_owned(b, &self.table.def.primary_key, &mine))
+                .collect::<crate::Result<Vec<_>>>()?,
+            None => local,
+        };
+        rows.extend(peers.rows_elsewhere(&self.table).await?);
+        let exec = MemorySourceConfig::try_new_exec(
+            &[rows],
+            self.table.schema.clone(),
+            projection.cloned(),
+        )?;
+        Ok(exec)
+    }
+}
+
+/// Every row `table` holds in the snapshot.
+pub fn local_rows(table: &Table, view: &ReadView) -> crate::Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut keep = |batch: RecordBatch| {
+        out.push(batch);
+        true
+    };
+    if table.def.contents_in_log() {
+        for partition in 0..table.def.partitions {
+            embedded::read_partition(view, table.def.topic(), partition, 0, |_, chunk| {
+                Ok(keep(table.codec.decode(chunk.added_rows())?))
+            })?;
+        }
+    } else {
+        let all = KeyAccess::Range {
+            lower: None,
+            upper: None,
+        };
+        read_rows(table, view, &all, &mut keep)?;
+    }
+    Ok(out)
 }
 
 /// The snapshot a statement reads: set on the statement's session state, or a fresh one.
@@ -285,6 +373,9 @@ impl TableProvider for TableSource {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.check_running()?;
         let view = statement_view(state, &self.store);
+        if let Some(peers) = &self.peers {
+            return self.gather(view, peers, projection).await;
+        }
         let schema = self.table.schema.clone();
         // Read in the log, or kept by key, and then by which keys.
         let access = match self.table.def.contents_in_log() {

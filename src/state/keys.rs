@@ -129,6 +129,11 @@ pub fn source_offset_key(view: u64, source: usize, partition: u32) -> Vec<u8> {
     key
 }
 
+/// `state` family: the partitions a partitioned view's state was built for.
+pub fn owned_partitions_key(view: u64) -> Vec<u8> {
+    dataflow_key(view, b"\xffown", 0)
+}
+
 /// A dataflow-level key: the view, a tag starting with `\xff`, an index.
 fn dataflow_key(view: u64, tag: &[u8], index: usize) -> Vec<u8> {
     let mut key = view.to_be_bytes().to_vec();

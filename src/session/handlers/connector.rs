@@ -78,6 +78,7 @@ pub async fn create_sink(
         )));
     }
     let (from, append_only) = relation(engine, &create.from)?;
+    crate::session::partitioned::refuse_follower(engine, &[from.def.id], "a sink")?;
     connector::check_sink(&create.connector, &from, append_only)?;
     connector::kafka::probe(&create.connector).await?;
     let def = SinkDef {

@@ -32,7 +32,7 @@ pub async fn create(
     if name_taken(engine, session, &create)? {
         return Ok(Output::command(TAG));
     }
-    let (retention, on_error) = options(&create.options)?;
+    let (retention, on_error, partitioned) = options(&create.options)?;
     let mut query = named_columns(engine, &create).await?;
     let mut plan = plan_query(engine, &query).await?;
     let mut constants = Vec::new();
@@ -45,6 +45,20 @@ pub async fn create(
         }
         let emit = emit_policy(engine, &create.emit).await?;
         let shape = Planner::shape(&engine.catalog, &plan, emit)?;
+        crate::session::partitioned::refuse_follower(
+            engine,
+            &shape.depends_on,
+            "a materialized view",
+        )?;
+        if partitioned {
+            let keyed = shape.key.is_some();
+            crate::session::partitioned::check(engine, &plan, keyed, &shape.depends_on)?;
+        }
+        // A view created while partitions move is built for the new ones.
+        let _partitioning = match partitioned {
+            true => Some(engine.partitioning.lock().await),
+            false => None,
+        };
         let table = contents(engine.catalog.allocate_id()?, &create, &plan, &shape)?;
         let def = ViewDef {
             table,
@@ -56,6 +70,7 @@ pub async fn create(
             on_error,
             index: None,
             shared_subplans: true,
+            partitioned,
         };
         build_view(engine, session, def).await
     };
@@ -231,27 +246,42 @@ pub async fn create_logical(
     Ok(Output::command(TAG))
 }
 
-/// `WITH (retention = '...', on_error = '...')`: how long the view's
-/// changes stay readable by `SUBSCRIBE ... AS OF`, in microseconds, and what
-/// it does when an expression fails on a row.
-fn options(options: &[(String, String)]) -> Result<(i64, OnError)> {
+/// `WITH (retention = '...', on_error = '...', partitioned = true)`: how
+/// long the view's changes stay readable by `SUBSCRIBE ... AS OF`, in
+/// microseconds, what it does when an expression fails on a row, and
+/// whether a cluster splits its groups over the nodes.
+fn options(options: &[(String, String)]) -> Result<(i64, OnError, bool)> {
     let mut text = super::subscribe::DEFAULT_RETENTION.to_string();
     let mut on_error = OnError::default();
+    let mut partitioned = false;
     for (key, value) in options {
         match key.as_str() {
             "retention" => text = value.clone(),
             "on_error" => on_error = OnError::parse(value)?,
+            "partitioned" => partitioned = boolean(key, value)?,
             other => {
                 return Err(Error::InvalidParameter(format!(
                     "unrecognized materialized view option \"{other}\"; a view takes \
-                     WITH (retention = '1 hour', on_error = 'null' | 'fail')"
+                     WITH (retention = '1 hour', on_error = 'null' | 'fail', \
+                     partitioned = true | false)"
                 )));
             }
         }
     }
     let duration = super::subscribe::parse_duration(&text)
         .map_err(|e| Error::InvalidParameter(format!("retention: {e}")))?;
-    Ok((duration.as_micros() as i64, on_error))
+    Ok((duration.as_micros() as i64, on_error, partitioned))
+}
+
+/// A boolean option's value, spelled as PostgreSQL accepts booleans.
+fn boolean(key: &str, value: &str) -> Result<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" | "t" => Ok(true),
+        "false" | "off" | "no" | "0" | "f" => Ok(false),
+        _ => Err(Error::InvalidParameter(format!(
+            "option \"{key}\" takes true or false, not \"{value}\""
+        ))),
+    }
 }
 
 /// Removes a view whose CREATE did not finish, also when the statement's
@@ -339,6 +369,14 @@ pub async fn start(engine: &Arc<Engine>, view: &Arc<View>, creating: bool) -> Re
 }
 
 fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Dataflow> {
+    let restricted;
+    let plan = match crate::session::partitioned::owned_for_build(engine, view)? {
+        Some(owned) => {
+            restricted = crate::sql::partition::restrict(plan, &owned)?;
+            &restricted
+        }
+        None => plan,
+    };
     let table = view.table.clone();
     let changelog_end = log_end(engine.store.db(), table.def.topic(), 0)?;
     let props = datafusion::execution::context::ExecutionProps::new();

@@ -20,6 +20,7 @@ pub async fn create(
     create: CreateIndex,
 ) -> Result<Output> {
     let base = indexed(engine, &create.relation)?;
+    crate::session::partitioned::refuse_follower(engine, &[base.def.id], "an index")?;
     let columns = index_columns(&base.def, &create)?;
     let name = match &create.name {
         Some(name) => name.clone(),
@@ -95,6 +96,7 @@ pub async fn create(
             partial_cover: !create.include.is_empty(),
         }),
         shared_subplans: true,
+        partitioned: false,
     };
     let name = def.table.name.clone();
     super::create_mv::build_view(engine, session, def).await?;

@@ -56,6 +56,7 @@ impl Cursor {
 /// A change stream for `SUBSCRIBE ...` as written.
 pub async fn open(engine: &Arc<Engine>, subscribe: &Subscribe) -> Result<Subscription> {
     let table = relation(engine, &subscribe.name)?;
+    crate::session::partitioned::refuse_follower(engine, &[table.def.id], "SUBSCRIBE")?;
     let mut options = Options {
         as_of: subscribe.as_of,
         ..Options::default()
@@ -299,6 +300,7 @@ pub fn create_subscription(
         return Ok(Output::command("CREATE SUBSCRIPTION"));
     }
     let table = relation(engine, &from)?;
+    crate::session::partitioned::refuse_follower(engine, &[table.def.id], "a subscription")?;
     let retention = parse_duration(retention.as_deref().unwrap_or("1 day"))
         .map_err(|e| Error::InvalidParameter(format!("retention: {e}")))?;
     let retention = retention.as_micros() as i64;

@@ -1,0 +1,232 @@
+//! Partitioned views: a view's groups split over the cluster's partitions
+//! by a hash of the group key, so that each node keeps and updates only
+//! the groups of the partitions it owns.
+//!
+//! A node builds its part of the view from the view's plan with one
+//! filter added right below the view's aggregate: rows whose group key
+//! falls in a partition the node does not own are dropped before they
+//! reach any state. Reads hash the view's key columns the same way, so
+//! that a node answers for exactly the partitions it owns.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use datafusion::arrow::compute::{cast, filter_record_batch};
+use datafusion::arrow::datatypes::{DataType, TimeUnit};
+use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::common::{DataFusionError, Result as DfResult, ScalarValue};
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, Filter, LogicalPlan, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature, Volatility, lit,
+};
+
+use crate::error::{Error, Result};
+use crate::state::keys;
+
+/// The partitions a node computes a view for, out of `count`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owned {
+    pub count: u32,
+    pub partitions: Vec<u32>,
+}
+
+impl Owned {
+    /// As stored beside the view's state: the count, then each partition.
+    pub fn encode(&self) -> Vec<u8> {
+        std::iter::once(self.count)
+            .chain(self.partitions.iter().copied())
+            .flat_map(u32::to_be_bytes)
+            .collect()
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Owned> {
+        let mut words = bytes
+            .chunks_exact(4)
+            .map(|w| u32::from_be_bytes(w.try_into().expect("four bytes")));
+        let count = words.next()?;
+        Some(Owned {
+            count,
+            partitions: words.collect(),
+        })
+    }
+}
+
+/// Each row's partition, out of `count`, by the values of `columns`.
+/// Equal values hash alike whatever their integer width or string layout,
+/// since a view's key columns may be typed apart from the group
+/// expressions that made them.
+pub fn partitions_of(columns: &[ArrayRef], count: u32) -> Result<Vec<u32>> {
+    let columns: Vec<ArrayRef> = columns.iter().map(canonical).collect::<Result<Vec<_>>>()?;
+    let fields = columns
+        .iter()
+        .map(|c| SortField::new(c.data_type().clone()))
+        .collect();
+    let converter = RowConverter::new(fields)?;
+    let rows = converter.convert_columns(&columns)?;
+    Ok(rows
+        .iter()
+        .map(|row| keys::partition_of(row.as_ref(), count))
+        .collect())
+}
+
+fn canonical(column: &ArrayRef) -> Result<ArrayRef> {
+    let to = match column.data_type() {
+        DataType::Int8 | DataType::Int16 | DataType::Int32 => DataType::Int64,
+        DataType::UInt8 | DataType::UInt16 | DataType::UInt32 => DataType::Int64,
+        DataType::Utf8View | DataType::LargeUtf8 => DataType::Utf8,
+        DataType::BinaryView | DataType::LargeBinary => DataType::Binary,
+        DataType::Dictionary(_, value) => value.as_ref().clone(),
+        DataType::Timestamp(unit, _) => DataType::Timestamp(*unit, None),
+        DataType::Time32(TimeUnit::Second | TimeUnit::Millisecond) => {
+            DataType::Time64(TimeUnit::Microsecond)
+        }
+        _ => return Ok(column.clone()),
+    };
+    Ok(cast(column, &to)?)
+}
+
+/// The rows of `batch` whose `key` columns fall in `owned`'s partitions.
+pub fn keep_owned(batch: &RecordBatch, key: &[usize], owned: &Owned) -> Result<RecordBatch> {
+    let columns: Vec<ArrayRef> = key.iter().map(|k| batch.column(*k).clone()).collect();
+    let partitions = partitions_of(&columns, owned.count)?;
+    let keep: datafusion::arrow::array::BooleanArray = partitions
+        .iter()
+        .map(|p| Some(owned.partitions.contains(p)))
+        .collect();
+    Ok(filter_record_batch(batch, &keep)?)
+}
+
+/// `plan` with its aggregate's input restricted to `owned`'s partitions
+/// of the group key: the aggregate the view's key comes from, found
+/// through the projections, filters and aliases above it.
+pub fn restrict(plan: &LogicalPlan, owned: &Owned) -> Result<LogicalPlan> {
+    let inputs = match plan {
+        LogicalPlan::Aggregate(a) => {
+            let filter = Filter::try_new(owned_predicate(&a.group_expr, owned), a.input.clone())?;
+            vec![LogicalPlan::Filter(filter)]
+        }
+        LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            let input = plan.inputs()[0];
+            vec![restrict(input, owned)?]
+        }
+        _ => {
+            return Err(Error::Internal(
+                "a partitioned view's plan has no aggregate at its top".into(),
+            ));
+        }
+    };
+    Ok(plan.with_new_exprs(plan.expressions(), inputs)?)
+}
+
+/// Whether `plan` ends in an aggregate with a group key, under
+/// projections, filters and aliases: what a partitioned view needs.
+pub fn ends_in_groups(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Aggregate(a) => {
+            !a.group_expr.is_empty()
+                && !a
+                    .group_expr
+                    .iter()
+                    .any(|e| matches!(e, Expr::GroupingSet(_)))
+        }
+        LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            ends_in_groups(plan.inputs()[0])
+        }
+        _ => false,
+    }
+}
+
+fn owned_predicate(groups: &[Expr], owned: &Owned) -> Expr {
+    if owned.partitions.is_empty() {
+        return lit(false);
+    }
+    let udf = Arc::new(ScalarUDF::new_from_impl(PartitionOf::new(owned.count)));
+    let partition = udf.call(groups.to_vec());
+    let list = owned.partitions.iter().map(|p| lit(*p)).collect();
+    partition.in_list(list, false)
+}
+
+/// `weir_partition(a, b, ...)`: the row's partition of the view's key.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PartitionOf {
+    signature: Signature,
+    count: u32,
+}
+
+impl PartitionOf {
+    fn new(count: u32) -> PartitionOf {
+        PartitionOf {
+            signature: Signature::variadic_any(Volatility::Immutable),
+            count,
+        }
+    }
+}
+
+impl ScalarUDFImpl for PartitionOf {
+    fn name(&self) -> &str {
+        "weir_partition"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::UInt32)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let partitions = partitions_of(&arrays, self.count)
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let result: ArrayRef = Arc::new(UInt32Array::from(partitions));
+        if scalar {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(
+                &result, 0,
+            )?));
+        }
+        Ok(ColumnarValue::Array(result))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int32Array, Int64Array, StringArray, StringViewArray};
+
+    #[test]
+    fn equal_values_fall_in_one_partition_whatever_their_type() {
+        let narrow: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, 300]));
+        let wide: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, 300]));
+        let text: ArrayRef = Arc::new(StringArray::from(vec!["a", "b", "c"]));
+        let view: ArrayRef = Arc::new(StringViewArray::from(vec!["a", "b", "c"]));
+        assert_eq!(
+            partitions_of(&[narrow, text], 12).expect("partitions"),
+            partitions_of(&[wide, view], 12).expect("partitions")
+        );
+    }
+
+    #[test]
+    fn keys_spread_over_the_partitions() {
+        let keys: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
+        let partitions = partitions_of(&[keys], 12).expect("partitions");
+        for p in 0..12 {
+            let n = partitions.iter().filter(|x| **x == p).count();
+            assert!(n > 40, "partition {p} has {n} of 1000 keys");
+        }
+    }
+
+    #[test]
+    fn the_owned_set_reads_back() {
+        let owned = Owned {
+            count: 12,
+            partitions: vec![0, 5, 11],
+        };
+        assert_eq!(Owned::decode(&owned.encode()), Some(owned));
+        assert_eq!(Owned::decode(b""), None);
+    }
+}
