@@ -476,6 +476,14 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
             server.port
         );
     }
+    // A read of one key goes to the key's owner alone.
+    let (totals, _) = partitioned_recount(300);
+    for client in [&c1, &c2, &c3] {
+        for k in [0, 7, 13, 39] {
+            let sql = format!("SELECT * FROM totals WHERE k = {k}");
+            assert_eq!(rows(client, &sql).await, [totals[k].clone()], "{sql}");
+        }
+    }
     assert_eq!(
         sqlstate(&c1, "SUBSCRIBE totals").await,
         "0A000",

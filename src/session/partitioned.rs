@@ -22,7 +22,7 @@ use super::Engine;
 use crate::catalog::{ConnectorKind, Object, Table, View};
 use crate::error::{Error, Result};
 use crate::sql::partition::{self, Owned};
-use crate::sql::provider::{Peers, local_rows};
+use crate::sql::provider::{Peers, all_rows};
 use crate::state::{CF_STATE, cf, keys};
 
 /// Where a node serves its partitions' rows of a partitioned view (HTTP).
@@ -206,7 +206,7 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
         count: replication.cluster.partitions,
         partitions: wanted,
     };
-    let rows = local_rows(&table, &engine.store.read_view())?;
+    let rows = all_rows(&table, &engine.store.read_view())?;
     let mut out = Vec::new();
     let mut writer = StreamWriter::try_new(&mut out, &table.schema)?;
     for batch in &rows {
@@ -268,7 +268,7 @@ impl Peers for ClusterPeers {
         })
     }
 
-    async fn rows_elsewhere(&self, table: &Table) -> Result<Vec<RecordBatch>> {
+    async fn rows_elsewhere(&self, table: &Table, only: Option<u32>) -> Result<Vec<RecordBatch>> {
         let engine = self.engine.upgrade().ok_or(Error::ShuttingDown)?;
         let Some(replication) = engine.cluster() else {
             return Ok(Vec::new());
@@ -276,10 +276,15 @@ impl Peers for ClusterPeers {
         let me = replication.cluster.me.node.clone();
         let mut rows = Vec::new();
         for member in replication.cluster.members() {
-            if member.info.node == me || member.partitions.is_empty() {
+            let partitions: Vec<String> = member
+                .partitions
+                .iter()
+                .filter(|p| only.is_none_or(|only| **p as u32 == only))
+                .map(i32::to_string)
+                .collect();
+            if member.info.node == me || partitions.is_empty() {
                 continue;
             }
-            let partitions: Vec<String> = member.partitions.iter().map(i32::to_string).collect();
             let target = format!(
                 "{PARTITION_ROWS}{}?token={}&p={}",
                 table.def.id,

@@ -53,6 +53,27 @@ pub fn plan(table: &Table, filters: &[Expr]) -> datafusion::error::Result<KeyAcc
     Ok(range(table, &table.def.primary_key, &found).unwrap_or(FULL))
 }
 
+/// The one value each primary key column equals, in key order, when the
+/// filters give one for every key column: a point read.
+pub fn key_point(table: &Table, filters: &[Expr]) -> Option<Vec<ScalarValue>> {
+    if !table.def.is_keyed() {
+        return None;
+    }
+    let found: Vec<(String, Bound)> = filters.iter().filter_map(constraint).collect();
+    table
+        .def
+        .primary_key
+        .iter()
+        .map(|i| {
+            let name = &table.def.columns[*i].name;
+            found.iter().find_map(|(column, bound)| match bound {
+                Bound::Eq(values) if column == name && values.len() == 1 => Some(values[0].clone()),
+                _ => None,
+            })
+        })
+        .collect()
+}
+
 /// The columns an index's stored key starts with: its key columns, or for
 /// an index kept as a multiset, which is keyed by whole rows, every column.
 fn index_key(index: &Table) -> Vec<usize> {

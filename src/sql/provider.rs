@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
-use datafusion::common::{Constraint, Constraints, DataFusionError};
+use datafusion::common::{Constraint, Constraints, DataFusionError, ScalarValue};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
@@ -61,8 +61,13 @@ pub type PeersSlot = Arc<std::sync::OnceLock<Arc<dyn Peers>>>;
 pub trait Peers: Send + Sync + std::fmt::Debug {
     /// The partitions this node answers for.
     fn mine(&self) -> Option<Owned>;
-    /// The rows of `table`'s partitions that the other nodes own.
-    async fn rows_elsewhere(&self, table: &Table) -> crate::Result<Vec<RecordBatch>>;
+    /// The rows of `table`'s partitions that the other nodes own; of
+    /// partition `only` alone, from its owner, when given.
+    async fn rows_elsewhere(
+        &self,
+        table: &Table,
+        only: Option<u32>,
+    ) -> crate::Result<Vec<RecordBatch>>;
 }
 
 type Planner = std::sync::Weak<parking_lot::RwLock<datafusion::execution::SessionState>>;
@@ -261,25 +266,41 @@ impl TableSource {
 impl TableSource {
     /// A partitioned view: this node's partitions from the snapshot, the
     /// others' from their nodes, each node answering for the partitions
-    /// the address book gives it.
+    /// the address book gives it. A read of one key goes to its owner.
     async fn gather(
         &self,
         view: Arc<ReadView>,
         peers: &Arc<dyn Peers>,
         projection: Option<&Vec<usize>>,
+        filters: &[Expr],
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let table = self.table.clone();
-        let local = tokio::task::spawn_blocking(move || local_rows(&table, &view))
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(e)))??;
-        let mut rows = match peers.mine() {
-            Some(mine) => local
-                .iter()
-                .map(|b| partition::keep_owned(b, &self.table.def.primary_key, &mine))
-                .collect::<crate::Result<Vec<_>>>()?,
-            None => local,
+        let mine = peers.mine();
+        let point = match (&mine, keyaccess::key_point(&self.table, filters)) {
+            (Some(mine), Some(values)) => Some(self.partition_of(&values, mine.count)?),
+            _ => None,
         };
-        rows.extend(peers.rows_elsewhere(&self.table).await?);
+        let here = match (&mine, point) {
+            (Some(mine), Some(p)) => mine.partitions.contains(&p),
+            _ => true,
+        };
+        let mut rows = Vec::new();
+        if here {
+            let table = self.table.clone();
+            let access = keyaccess::plan(&self.table, filters)?;
+            let local = tokio::task::spawn_blocking(move || local_rows(&table, &view, &access))
+                .await
+                .map_err(|e| DataFusionError::External(Box::new(e)))??;
+            rows = match &mine {
+                Some(mine) => local
+                    .iter()
+                    .map(|b| partition::keep_owned(b, &self.table.def.primary_key, mine))
+                    .collect::<crate::Result<Vec<_>>>()?,
+                None => local,
+            };
+        }
+        if point.is_none() || !here {
+            rows.extend(peers.rows_elsewhere(&self.table, point).await?);
+        }
         let exec = MemorySourceConfig::try_new_exec(
             &[rows],
             self.table.schema.clone(),
@@ -287,10 +308,29 @@ impl TableSource {
         )?;
         Ok(exec)
     }
+
+    /// The partition of one key, given as a value per key column.
+    fn partition_of(&self, values: &[ScalarValue], count: u32) -> crate::Result<u32> {
+        let columns = values
+            .iter()
+            .zip(&self.table.def.primary_key)
+            .map(|(value, i)| {
+                let array = value.to_array_of_size(1)?;
+                let to = self.table.schema.field(*i).data_type();
+                Ok(datafusion::arrow::compute::cast(&array, to)?)
+            })
+            .collect::<crate::Result<Vec<_>>>()?;
+        let partitions = partition::partitions_of(&columns, count)?;
+        Ok(partitions.first().copied().unwrap_or_default())
+    }
 }
 
-/// Every row `table` holds in the snapshot.
-pub fn local_rows(table: &Table, view: &ReadView) -> crate::Result<Vec<RecordBatch>> {
+/// The rows `table` holds in the snapshot, where `access` leads.
+pub fn local_rows(
+    table: &Table,
+    view: &ReadView,
+    access: &KeyAccess,
+) -> crate::Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
     let mut keep = |batch: RecordBatch| {
         out.push(batch);
@@ -303,13 +343,18 @@ pub fn local_rows(table: &Table, view: &ReadView) -> crate::Result<Vec<RecordBat
             })?;
         }
     } else {
-        let all = KeyAccess::Range {
-            lower: None,
-            upper: None,
-        };
-        read_rows(table, view, &all, &mut keep)?;
+        read_rows(table, view, access, &mut keep)?;
     }
     Ok(out)
+}
+
+/// Every row `table` holds in the snapshot.
+pub fn all_rows(table: &Table, view: &ReadView) -> crate::Result<Vec<RecordBatch>> {
+    let all = KeyAccess::Range {
+        lower: None,
+        upper: None,
+    };
+    local_rows(table, view, &all)
 }
 
 /// The snapshot a statement reads: set on the statement's session state, or a fresh one.
@@ -374,7 +419,7 @@ impl TableProvider for TableSource {
         self.check_running()?;
         let view = statement_view(state, &self.store);
         if let Some(peers) = &self.peers {
-            return self.gather(view, peers, projection).await;
+            return self.gather(view, peers, projection, filters).await;
         }
         let schema = self.table.schema.clone();
         // Read in the log, or kept by key, and then by which keys.

@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Cluster benchmark: one partitioned view over a Kafka source, on 1, 2 and
+3 weir nodes of one machine; and how long the nodes left take to give
+exact answers again after one of them is killed.
+
+The events are produced once, before anything is timed, into a topic of
+--partitions partitions:
+
+    {"k": i % --keys, "v": i}
+
+For each cluster size the nodes start with empty data directories and
+form the cluster (untimed); then, timed from the CREATE SOURCE sent to the
+first node until a SELECT on the first node gathers the exact totals:
+
+    CREATE SOURCE events (k BIGINT, v BIGINT) WITH (connector = 'kafka', ...)
+    CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS
+      SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k
+
+The timed region ends with every row of the view checked against the
+recount (a mismatch fails the run). CPU-seconds are all nodes' processes.
+Every node still reads and logs the whole source (docs/cluster.md): what
+the nodes split is the view's groups.
+
+Recovery, on the largest cluster once it is caught up: one node is killed
+with SIGKILL; timed until a SELECT on the first node gathers the exact
+totals again: the group's session timeout, the address book forgetting
+the node, and the others rebuilding its partitions from their own logs.
+
+Requirements: psycopg 3, confluent-kafka, a weir build, and a Kafka
+broker: --bootstrap (or KAFKA_BOOTSTRAP), else the tests' broker started
+with scripts/kafka-broker.sh for the run.
+
+Examples:
+  python3 benches/cluster.py --weir-bin $HOME/.cache/weir-target-rel/release/weir
+  python3 benches/cluster.py --events 100000 --nodes 1,2 --repeat 1   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ingest  # noqa: E402  (benches/ingest.py: ports, process CPU, machine info)
+import kafka  # noqa: E402  (benches/kafka.py: the broker)
+
+import psycopg  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[cluster] {msg}", file=sys.stderr, flush=True)
+
+
+def produce(broker: kafka.Broker, topic: str, events: int, keys: int, partitions: int) -> None:
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                         "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(events):
+        payload = json.dumps({"k": i % keys, "v": i}).encode()
+        while True:
+            try:
+                producer.produce(topic, payload, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    producer.flush(120)
+
+
+def recount(events: int, keys: int) -> dict[int, tuple[int, int]]:
+    out: dict[int, tuple[int, int]] = {}
+    for i in range(events):
+        n, total = out.get(i % keys, (0, 0))
+        out[i % keys] = (n + 1, total + i)
+    return out
+
+
+class Node:
+    def __init__(self, args, cluster: str, bootstrap: str, name: str, workdir: str):
+        self.args, self.cluster, self.bootstrap, self.name = args, cluster, bootstrap, name
+        self.data_dir = os.path.join(workdir, name)
+        self.log_path = os.path.join(workdir, f"{name}.log")
+        self.port, self.http_port = ingest.free_ports(2)
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        cmd = [self.args.weir_bin, "serve",
+               "--listen", f"127.0.0.1:{self.port}",
+               "--http-listen", f"127.0.0.1:{self.http_port}",
+               "--data-dir", self.data_dir, "--auth", "trust",
+               "--cluster", self.cluster, "--kafka", self.bootstrap, "--node-name", self.name]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(self.log_path, "ab"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with self.connect():
+                    return
+            except psycopg.OperationalError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"node {self.name} did not start; see {self.log_path}")
+                time.sleep(0.1)
+
+    def connect(self):
+        return psycopg.connect(f"host=127.0.0.1 port={self.port} user=weir dbname=weir",
+                               autocommit=True, connect_timeout=5)
+
+    def cpu(self) -> float:
+        return ingest.tree_cpu_seconds(self.proc.pid) if self.proc else 0.0
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def formed(conn, names: list[str], partitions: int) -> bool:
+    rows = conn.execute("SHOW CLUSTER").fetchall()
+    owned = sorted(int(p) for row in rows for p in row[3].split(",") if p)
+    return sorted(row[0] for row in rows) == sorted(names) and owned == list(range(partitions))
+
+
+def exact(conn, expected: dict[int, tuple[int, int]]) -> bool:
+    """The view gathered on this node equals the recount, row by row; a
+    read that fails (a node just died) is not yet exact."""
+    try:
+        rows = conn.execute("SELECT k, n, total FROM totals").fetchall()
+    except psycopg.Error:
+        return False
+    return len(rows) == len(expected) and all(expected.get(k) == (n, t) for k, n, t in rows)
+
+
+def wait_until(check, limit: float, what: str, poll: float) -> float:
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > limit:
+            raise SystemExit(f"{what} not reached within {limit:.0f}s")
+        time.sleep(poll)
+    return time.monotonic()
+
+
+def run(args, broker: kafka.Broker, topic: str, size: int, rep: int,
+        expected: dict[int, tuple[int, int]]) -> dict:
+    workdir = tempfile.mkdtemp(prefix="weir-bench-cluster-", dir=args.tmp_dir)
+    cluster = f"bench-{os.getpid()}-{size}-{rep}"
+    nodes = [Node(args, cluster, broker.bootstrap, f"n{i + 1}", workdir) for i in range(size)]
+    try:
+        for node in nodes:
+            node.start()
+        conn = nodes[0].connect()
+        names = [n.name for n in nodes]
+        wait_until(lambda: formed(conn, names, args.cluster_partitions), 120,
+                   "the cluster", 0.2)
+        cpu0, t0 = sum(n.cpu() for n in nodes), time.monotonic()
+        conn.execute(f"CREATE SOURCE events (k BIGINT, v BIGINT) "
+                     f"WITH (connector = 'kafka', topic = '{topic}', "
+                     f"properties.bootstrap.server = '{broker.bootstrap}') FORMAT PLAIN ENCODE JSON")
+        conn.execute("CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS "
+                     "SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k")
+        t1 = wait_until(lambda: exact(conn, expected), 1800, "the exact totals", args.poll)
+        cpu = sum(n.cpu() for n in nodes) - cpu0
+        result = {"nodes": size, "seconds": t1 - t0, "cpu": cpu,
+                  "events_per_s": args.events / (t1 - t0), "events_per_cpu_s": args.events / cpu}
+        log(f"{size} node(s), run {rep}: {result['seconds']:.2f} s, {cpu:.1f} CPU-s, "
+            f"{result['events_per_s']:,.0f} events/s")
+        if size > 1 and rep == args.repeat - 1:
+            nodes[-1].kill()
+            k0 = time.monotonic()
+            k1 = wait_until(lambda: exact(conn, expected), 600, "exact totals after a kill",
+                            args.poll)
+            result["recovery_s"] = k1 - k0
+            log(f"{size} nodes: exact again {k1 - k0:.2f} s after a node was killed")
+        conn.close()
+        return result
+    finally:
+        for node in nodes:
+            node.stop()
+        if not args.keep:
+            subprocess.run(["rm", "-rf", workdir])
+
+
+def markdown(args, results: list[dict], machine: dict) -> str:
+    lines = [
+        f"Partitioned `GROUP BY k` ({args.keys:,} keys) over a Kafka source of "
+        f"{args.events:,} JSON events in {args.partitions} partitions; "
+        f"{args.cluster_partitions} cluster partitions; {args.repeat} run(s) per size, "
+        "median (min–max); every run's view checked row by row.",
+        "",
+        "| nodes | wall s | CPU-s (all nodes) | events/s | events per CPU-s | exact again after a kill |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size in sorted({r["nodes"] for r in results}):
+        runs = [r for r in results if r["nodes"] == size]
+
+        def cell(key: str, fmt: str) -> str:
+            values = [r[key] for r in runs]
+            med = statistics.median(values)
+            return f"{med:{fmt}} ({min(values):{fmt}}–{max(values):{fmt}})"
+        recovery = [r["recovery_s"] for r in runs if "recovery_s" in r]
+        lines.append(f"| {size} | {cell('seconds', '.2f')} | {cell('cpu', '.1f')} | "
+                     f"{cell('events_per_s', ',.0f')} | {cell('events_per_cpu_s', ',.0f')} | "
+                     f"{f'{recovery[0]:.1f} s' if recovery else '—'} |")
+    lines += ["", f"Machine: {machine.get('cpu', '?')}, {machine.get('cores', '?')} cores; "
+              f"broker at {args.bootstrap or 'the tests broker (unoptimized build)'}."]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--weir-bin", default=kafka.DEFAULT_WEIR_BIN)
+    p.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP"))
+    p.add_argument("--events", type=int, default=500_000)
+    p.add_argument("--keys", type=int, default=10_000)
+    p.add_argument("--partitions", type=int, default=6)
+    p.add_argument("--cluster-partitions", type=int, default=12)
+    p.add_argument("--nodes", default="1,2,3")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--poll", type=float, default=0.5, help="seconds between checks of the view")
+    p.add_argument("--tmp-dir", default=None)
+    p.add_argument("--keep", action="store_true", help="keep the nodes' directories")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    broker = kafka.Broker(args.bootstrap)
+    try:
+        topic = f"cluster-events-{os.getpid()}"
+        broker.create_topic(topic, args.partitions)
+        log(f"producing {args.events:,} events to {topic} at {broker.bootstrap}")
+        produce(broker, topic, args.events, args.keys, args.partitions)
+        expected = recount(args.events, args.keys)
+        results = []
+        for rep in range(args.repeat):
+            for size in [int(n) for n in args.nodes.split(",")]:
+                results.append(run(args, broker, topic, size, rep, expected))
+        machine = ingest.machine_info(args.tmp_dir or tempfile.gettempdir())
+        print(markdown(args, results, machine))
+    finally:
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
