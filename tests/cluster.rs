@@ -556,4 +556,8 @@ async fn a_partitioned_view_is_refused_where_a_cluster_could_not_split_it() {
     // On a node of its own, the view is whole and reads as any other.
     client.batch_execute("FLUSH").await.expect("flush");
     assert!(rows(&client, "SELECT * FROM p").await.is_empty());
+    client
+        .batch_execute("DROP MATERIALIZED VIEW p")
+        .await
+        .expect("drop");
 }

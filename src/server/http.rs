@@ -101,6 +101,9 @@ where
         let query = target.split_once('?').map_or("", |(_, q)| q);
         return match engine.rows_for_peer(view, query) {
             Ok(rows) => respond(socket, "200 OK", ARROW_STREAM, rows).await,
+            Err(e @ crate::error::Error::PrerequisiteState(_)) => {
+                respond(socket, "503 Service Unavailable", TEXT, format!("{e}\n")).await
+            }
             Err(e) => respond(socket, "400 Bad Request", TEXT, format!("{e}\n")).await,
         };
     }

@@ -50,6 +50,9 @@ pub struct Engine {
     /// Held while partitioned views are created or rebuilt for other
     /// partitions, so that the two do not meet halfway.
     pub(super) partitioning: tokio::sync::Mutex<()>,
+    /// Partitioned views this node is building again for new partitions:
+    /// until they have read their inputs, they do not answer for them.
+    pub(super) building: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
 
 /// Counters exported on `/metrics`.
@@ -234,6 +237,7 @@ impl Engine {
             cluster: std::sync::OnceLock::new(),
             peers,
             partitioning: tokio::sync::Mutex::new(()),
+            building: Default::default(),
         }))
     }
 

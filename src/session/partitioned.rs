@@ -20,6 +20,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Engine;
 use crate::catalog::{ConnectorKind, Object, Table, View};
+use crate::cluster::Member;
 use crate::error::{Error, Result};
 use crate::sql::partition::{self, Owned};
 use crate::sql::provider::{Peers, all_rows};
@@ -164,12 +165,76 @@ async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
         }
         tracing::info!(view = %view.def.table.name, partitions = ?now.partitions,
             "building this node's part of a partitioned view again");
-        engine.runtime.drop_view(view.def.table.id).await?;
-        let key = keys::owned_partitions_key(view.def.table.id);
+        let id = view.def.table.id;
+        let built = Building::start(engine, id);
+        engine.runtime.drop_view(id).await?;
+        let key = keys::owned_partitions_key(id);
         engine
             .catalog
             .clear_data(&view.table, (&key, &now.encode()))?;
         super::handlers::create_mv::start(engine, &view, false).await?;
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            if let Err(e) = engine.runtime.catch_up(id).await {
+                tracing::warn!(view = id, cause = %e, "a rebuilt partitioned view did not catch up");
+            }
+            drop(built);
+        });
+    }
+    Ok(())
+}
+
+fn building(engine: &Engine) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
+    engine.building.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A partitioned view being built on this node: it answers for no
+/// partition until the guard goes.
+pub struct Building {
+    engine: Arc<Engine>,
+    view: u64,
+}
+
+impl Building {
+    pub fn start(engine: &Arc<Engine>, view: u64) -> Building {
+        building(engine).insert(view);
+        Building {
+            engine: engine.clone(),
+            view,
+        }
+    }
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        building(&self.engine).remove(&self.view);
+    }
+}
+
+/// Fails unless this node's part of `view` holds every group of the
+/// `wanted` partitions: built for them, and done building. A read then
+/// gets every row or a reason to try again, never a silent gap.
+fn answers_for(engine: &Engine, view: &View, wanted: &[u32]) -> Result<()> {
+    let name = &view.def.table.name;
+    let node = &engine.config.node_name;
+    if building(engine).contains(&view.def.table.id) {
+        return Err(Error::PrerequisiteState(format!(
+            "node \"{node}\" is building its partitions of view \"{name}\" again after a \
+             rebalance; retry in a moment"
+        )));
+    }
+    let built = owned_for_build(engine, view)?.map(|o| o.partitions);
+    let missing: Vec<String> = wanted
+        .iter()
+        .filter(|p| built.as_ref().is_some_and(|b| !b.contains(p)))
+        .map(u32::to_string)
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::PrerequisiteState(format!(
+            "partitions {} of view \"{name}\" moved to node \"{node}\", which has not built \
+             them yet; retry in a moment",
+            missing.join(",")
+        )));
     }
     Ok(())
 }
@@ -201,12 +266,14 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
             "not a node of this cluster".into(),
         ));
     }
-    let table = partitioned_table(engine, id)?;
+    let view = partitioned_view(engine, id)?;
+    answers_for(engine, &view, &wanted)?;
+    let table = &view.table;
     let owned = Owned {
         count: replication.cluster.partitions,
         partitions: wanted,
     };
-    let rows = all_rows(&table, &engine.store.read_view())?;
+    let rows = all_rows(table, &engine.store.read_view())?;
     let mut out = Vec::new();
     let mut writer = StreamWriter::try_new(&mut out, &table.schema)?;
     for batch in &rows {
@@ -221,12 +288,12 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
     Ok(out)
 }
 
-fn partitioned_table(engine: &Engine, id: &str) -> Result<Arc<Table>> {
+fn partitioned_view(engine: &Engine, id: &str) -> Result<Arc<View>> {
     let id: u64 = id
         .parse()
         .map_err(|_| Error::InvalidParameter(format!("not a view id: {id}")))?;
     match engine.catalog.by_id(id) {
-        Some(Object::MaterializedView(view)) if view.def.partitioned => Ok(view.table.clone()),
+        Some(Object::MaterializedView(view)) if view.def.partitioned => Ok(view),
         _ => Err(Error::UndefinedTable(format!(
             "no partitioned view has id {id}"
         ))),
@@ -249,9 +316,13 @@ impl ClusterPeers {
 
 #[async_trait]
 impl Peers for ClusterPeers {
-    fn mine(&self) -> Option<Owned> {
-        let engine = self.engine.upgrade()?;
-        let replication = engine.cluster()?;
+    fn mine(&self, table: &Table) -> Result<Option<Owned>> {
+        let Some(engine) = self.engine.upgrade() else {
+            return Ok(None);
+        };
+        let Some(replication) = engine.cluster() else {
+            return Ok(None);
+        };
         let me = &replication.cluster.me.node;
         // As the address book has it, so that every reader splits the
         // partitions alike.
@@ -262,10 +333,12 @@ impl Peers for ClusterPeers {
             .find(|m| &m.info.node == me)
             .map(|m| sorted(&m.partitions))
             .unwrap_or_default();
-        Some(Owned {
+        let view = partitioned_view(&engine, &table.def.id.to_string())?;
+        answers_for(&engine, &view, &partitions)?;
+        Ok(Some(Owned {
             count: replication.cluster.partitions,
             partitions,
-        })
+        }))
     }
 
     async fn rows_elsewhere(&self, table: &Table, only: Option<u32>) -> Result<Vec<RecordBatch>> {
@@ -274,8 +347,15 @@ impl Peers for ClusterPeers {
             return Ok(Vec::new());
         };
         let me = replication.cluster.me.node.clone();
+        let members = replication.cluster.members();
+        covered(
+            &members,
+            replication.cluster.partitions,
+            only,
+            &table.def.name,
+        )?;
         let mut rows = Vec::new();
-        for member in replication.cluster.members() {
+        for member in members {
             let partitions: Vec<String> = member
                 .partitions
                 .iter()
@@ -291,10 +371,11 @@ impl Peers for ClusterPeers {
                 member.info.token,
                 partitions.join(",")
             );
-            let body = tokio::time::timeout(PEER_TIMEOUT, get(&member.info.http_address, &target))
-                .await
-                .map_err(|_| peer_error(&member.info.node, "no answer in time"))?
-                .map_err(|e| peer_error(&member.info.node, e))?;
+            let node = &member.info.node;
+            let body =
+                tokio::time::timeout(PEER_TIMEOUT, get(&member.info.http_address, &target, node))
+                    .await
+                    .map_err(|_| peer_error(node, "no answer in time"))??;
             let reader = StreamReader::try_new(std::io::Cursor::new(body), None)?;
             for batch in reader {
                 rows.push(batch?);
@@ -304,36 +385,53 @@ impl Peers for ClusterPeers {
     }
 }
 
+/// Fails when a partition has no live owner in the address book: a node
+/// died and the group has not given its partitions to others yet.
+fn covered(members: &[Member], count: u32, only: Option<u32>, view: &str) -> Result<()> {
+    let owned: std::collections::BTreeSet<u32> = members
+        .iter()
+        .flat_map(|m| m.partitions.iter().map(|p| *p as u32))
+        .collect();
+    let missing: Vec<String> = (0..count)
+        .filter(|p| only.is_none_or(|only| only == *p) && !owned.contains(p))
+        .map(|p| p.to_string())
+        .collect();
+    match missing.is_empty() {
+        true => Ok(()),
+        false => Err(Error::PrerequisiteState(format!(
+            "partitions {} of view \"{view}\" have no live node yet (a node left and the \
+             cluster is moving its partitions); retry in a moment",
+            missing.join(",")
+        ))),
+    }
+}
+
 fn peer_error(node: &str, why: impl std::fmt::Display) -> Error {
     Error::ConnectionFailure(format!(
         "cannot read the partitions node \"{node}\" owns: {why}"
     ))
 }
 
-/// One plain HTTP GET; the body of a 200 answer.
-async fn get(address: &str, target: &str) -> std::result::Result<Vec<u8>, String> {
+/// One plain HTTP GET to `node`; the body of a 200 answer. A peer that
+/// cannot answer yet (503) passes its reason on, as 55000.
+async fn get(address: &str, target: &str, node: &str) -> Result<Vec<u8>> {
+    let failed = |e: std::io::Error| peer_error(node, e);
     let mut socket = tokio::net::TcpStream::connect(address)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(failed)?;
     let request = format!("GET {target} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    socket
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
+    socket.write_all(request.as_bytes()).await.map_err(failed)?;
     let mut answer = Vec::new();
-    socket
-        .read_to_end(&mut answer)
-        .await
-        .map_err(|e| e.to_string())?;
-    let split = memchr::memmem::find(&answer, b"\r\n\r\n").ok_or("a truncated answer")?;
+    socket.read_to_end(&mut answer).await.map_err(failed)?;
+    let split = memchr::memmem::find(&answer, b"\r\n\r\n")
+        .ok_or_else(|| peer_error(node, "a truncated answer"))?;
     let (head, body) = (&answer[..split], &answer[split + 4..]);
     let status = String::from_utf8_lossy(head.split(|b| *b == b'\r').next().unwrap_or_default())
         .into_owned();
-    if !status.contains(" 200 ") {
-        return Err(format!(
-            "{status}: {}",
-            String::from_utf8_lossy(body).trim()
-        ));
+    let said = String::from_utf8_lossy(body).trim().to_string();
+    match status.split_whitespace().nth(1) {
+        Some("200") => Ok(body.to_vec()),
+        Some("503") => Err(Error::PrerequisiteState(said)),
+        _ => Err(peer_error(node, format!("{status}: {said}"))),
     }
-    Ok(body.to_vec())
 }

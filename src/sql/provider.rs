@@ -59,8 +59,9 @@ pub type PeersSlot = Arc<std::sync::OnceLock<Arc<dyn Peers>>>;
 /// other nodes.
 #[async_trait]
 pub trait Peers: Send + Sync + std::fmt::Debug {
-    /// The partitions this node answers for.
-    fn mine(&self) -> Option<Owned>;
+    /// The partitions this node answers for, in a cluster; fails when its
+    /// part of `table` does not hold them all yet.
+    fn mine(&self, table: &Table) -> crate::Result<Option<Owned>>;
     /// The rows of `table`'s partitions that the other nodes own; of
     /// partition `only` alone, from its owner, when given.
     async fn rows_elsewhere(
@@ -274,7 +275,7 @@ impl TableSource {
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let mine = peers.mine();
+        let mine = peers.mine(&self.table)?;
         let point = match (&mine, keyaccess::key_point(&self.table, filters)) {
             (Some(mine), Some(values)) => Some(self.partition_of(&values, mine.count)?),
             _ => None,

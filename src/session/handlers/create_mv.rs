@@ -60,6 +60,8 @@ pub async fn create(
             false => None,
         };
         let table = contents(engine.catalog.allocate_id()?, &create, &plan, &shape)?;
+        let _building =
+            partitioned.then(|| crate::session::partitioned::Building::start(engine, table.id));
         let def = ViewDef {
             table,
             query: query.to_string(),

@@ -445,6 +445,15 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
     doomed.extend(constants);
     let mut seen = HashSet::new();
     doomed.retain(|o| seen.insert(o.id()));
+    // Not while partitioned views are being rebuilt, which could start
+    // one again after it is stopped here.
+    let partitioned = doomed
+        .iter()
+        .any(|o| matches!(o, Object::MaterializedView(v) if v.def.partitioned));
+    let _partitioning = match partitioned {
+        true => Some(engine.partitioning.lock().await),
+        false => None,
+    };
     for object in &doomed {
         for sink in engine.catalog.sinks_of(object.id()) {
             if let Some(sink) = engine.catalog.sink(&sink) {
