@@ -10,7 +10,8 @@ The events are produced once, before anything is timed, into a topic of
 
 For each cluster size the nodes start with empty data directories and
 form the cluster (untimed); then, timed from the CREATE SOURCE sent to the
-first node until a SELECT on the first node gathers the exact totals:
+first node until a SELECT on the first node gathers the exact totals
+(asked once every node's /metrics shows the source has read every event):
 
     CREATE SOURCE events (k BIGINT, v BIGINT) WITH (connector = 'kafka', ...)
     CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS
@@ -46,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ingest  # noqa: E402  (benches/ingest.py: ports, process CPU, machine info)
@@ -81,35 +83,15 @@ def recount(events: int, keys: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-class Node:
+class Node(ingest.WeirNode):
+    """A node of the benchmark's cluster, killed and stopped whole."""
+
     def __init__(self, args, cluster: str, bootstrap: str, name: str, workdir: str):
-        self.args, self.cluster, self.bootstrap, self.name = args, cluster, bootstrap, name
-        self.data_dir = os.path.join(workdir, name)
-        self.log_path = os.path.join(workdir, f"{name}.log")
-        self.port, self.http_port = ingest.free_ports(2)
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        cmd = [self.args.weir_bin, "serve",
-               "--listen", f"127.0.0.1:{self.port}",
-               "--http-listen", f"127.0.0.1:{self.http_port}",
-               "--data-dir", self.data_dir, "--auth", "trust",
-               "--cluster", self.cluster, "--kafka", self.bootstrap, "--node-name", self.name]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(self.log_path, "ab"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with self.connect():
-                    return
-            except psycopg.OperationalError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"node {self.name} did not start; see {self.log_path}")
-                time.sleep(0.1)
-
-    def connect(self):
-        return psycopg.connect(f"host=127.0.0.1 port={self.port} user=weir dbname=weir",
-                               autocommit=True, connect_timeout=5)
+        super().__init__(args.weir_bin, os.path.join(workdir, name),
+                         os.path.join(workdir, f"{name}.log"),
+                         ("--auth", "trust", "--cluster", cluster, "--kafka", bootstrap,
+                          "--node-name", name))
+        self.name = name
 
     def cpu(self) -> float:
         return ingest.tree_cpu_seconds(self.proc.pid) if self.proc else 0.0
@@ -118,14 +100,6 @@ class Node:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 def formed(conn, names: list[str], partitions: int) -> bool:
@@ -144,6 +118,23 @@ def exact(conn, expected: dict[int, tuple[int, int]]) -> bool:
     return len(rows) == len(expected) and all(expected.get(k) == (n, t) for k, n, t in rows)
 
 
+def read_all(nodes: list[Node], events: int) -> bool:
+    """Every node's source has read every event, by its /metrics: cheap
+    to ask often, unlike a gathered SELECT."""
+    for node in nodes:
+        try:
+            url = f"http://127.0.0.1:{node.http_port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                page = answer.read().decode()
+        except OSError:
+            return False
+        read = [float(line.split()[-1]) for line in page.splitlines()
+                if line.startswith('weir_source_messages_total{source="events"}')]
+        if not read or read[0] < events:
+            return False
+    return True
+
+
 def wait_until(check, limit: float, what: str, poll: float) -> float:
     start = time.monotonic()
     while not check():
@@ -160,7 +151,7 @@ def run(args, broker: kafka.Broker, topic: str, size: int, rep: int,
     nodes = [Node(args, cluster, broker.bootstrap, f"n{i + 1}", workdir) for i in range(size)]
     try:
         for node in nodes:
-            node.start()
+            node.start(timeout=120)
         conn = nodes[0].connect()
         names = [n.name for n in nodes]
         wait_until(lambda: formed(conn, names, args.cluster_partitions), 120,
@@ -171,7 +162,8 @@ def run(args, broker: kafka.Broker, topic: str, size: int, rep: int,
                      f"properties.bootstrap.server = '{broker.bootstrap}') FORMAT PLAIN ENCODE JSON")
         conn.execute("CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS "
                      "SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k")
-        t1 = wait_until(lambda: exact(conn, expected), 1800, "the exact totals", args.poll)
+        wait_until(lambda: read_all(nodes, args.events), 1800, "every event read", 0.2)
+        t1 = wait_until(lambda: exact(conn, expected), 600, "the exact totals", args.poll)
         cpu = sum(n.cpu() for n in nodes) - cpu0
         result = {"nodes": size, "seconds": t1 - t0, "cpu": cpu,
                   "events_per_s": args.events / (t1 - t0), "events_per_cpu_s": args.events / cpu}
@@ -229,7 +221,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cluster-partitions", type=int, default=12)
     p.add_argument("--nodes", default="1,2,3")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--poll", type=float, default=0.5, help="seconds between checks of the view")
+    p.add_argument("--poll", type=float, default=0.2, help="seconds between checks of the view")
     p.add_argument("--tmp-dir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the nodes' directories")
     return p.parse_args(argv)

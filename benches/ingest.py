@@ -257,18 +257,20 @@ class WeirNode:
     """A weir node over its own data directory, started and stopped whole
     (the Nexmark and end-to-end harnesses build on it)."""
 
-    def __init__(self, binary: str, data_dir: str, log_path: str):
+    def __init__(self, binary: str, data_dir: str, log_path: str, extra_args: tuple = ()):
         self.binary, self.data_dir, self.log_path = binary, data_dir, log_path
+        self.extra_args = list(extra_args)
         self.proc: subprocess.Popen | None = None
         self.port = self.http_port = 0
 
-    def start(self) -> None:
+    def start(self, timeout: float = 60) -> None:
         self.port, self.http_port = free_ports(2)
         cmd = [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}",
-               "--http-listen", f"127.0.0.1:{self.http_port}", "--data-dir", self.data_dir]
+               "--http-listen", f"127.0.0.1:{self.http_port}", "--data-dir", self.data_dir,
+               *self.extra_args]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=open(self.log_path, "ab"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 60
+        deadline = time.time() + timeout
         while True:
             try:
                 with self.connect():

@@ -25,6 +25,27 @@ fn node(cluster: &str, bootstrap: &str, name: &str) -> TestServer {
     ])
 }
 
+/// Nodes n1, n2 and n3 of `cluster`, each with a client, once every node
+/// lists all three.
+async fn three_nodes(
+    cluster: &str,
+    bootstrap: &str,
+) -> ([TestServer; 3], [tokio_postgres::Client; 3]) {
+    let nodes = ["n1", "n2", "n3"].map(|name| node(cluster, bootstrap, name));
+    let clients = [
+        nodes[0].connect().await,
+        nodes[1].connect().await,
+        nodes[2].connect().await,
+    ];
+    for client in &clients {
+        wait_until(client, "SHOW CLUSTER", "three nodes", |r| {
+            split_among(r, &["n1", "n2", "n3"])
+        })
+        .await;
+    }
+    (nodes, clients)
+}
+
 /// Polls until `check` holds for a query's rows: membership follows
 /// heartbeats and the source reads on its own, so tests wait for an outcome.
 async fn wait_until(
@@ -122,17 +143,7 @@ async fn three_nodes_share_a_catalog_and_survive_a_kill() {
     let sink_topic = kafka::unique_topic("totals");
     kafka::create_topic(&bootstrap, &topic, 6).await;
     kafka::create_topic(&bootstrap, &sink_topic, 3).await;
-    let n1 = node(&cluster, &bootstrap, "n1");
-    let n2 = node(&cluster, &bootstrap, "n2");
-    let mut n3 = node(&cluster, &bootstrap, "n3");
-    let (c1, c2) = (n1.connect().await, n2.connect().await);
-    let c3 = n3.connect().await;
-    for client in [&c1, &c2, &c3] {
-        wait_until(client, "SHOW CLUSTER", "three nodes", |r| {
-            split_among(r, &["n1", "n2", "n3"])
-        })
-        .await;
-    }
+    let ([_n1, n2, mut n3], [c1, c2, c3]) = three_nodes(&cluster, &bootstrap).await;
     let me: Vec<String> = rows(&c2, "SHOW CLUSTER")
         .await
         .into_iter()
@@ -439,17 +450,7 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
     let cluster = kafka::unique_topic("p");
     let topic = kafka::unique_topic("keyed");
     kafka::create_topic(&bootstrap, &topic, 6).await;
-    let n1 = node(&cluster, &bootstrap, "n1");
-    let n2 = node(&cluster, &bootstrap, "n2");
-    let mut n3 = node(&cluster, &bootstrap, "n3");
-    let (c1, c2) = (n1.connect().await, n2.connect().await);
-    let c3 = n3.connect().await;
-    for client in [&c1, &c2, &c3] {
-        wait_until(client, "SHOW CLUSTER", "three nodes", |r| {
-            split_among(r, &["n1", "n2", "n3"])
-        })
-        .await;
-    }
+    let ([n1, n2, mut n3], [c1, c2, c3]) = three_nodes(&cluster, &bootstrap).await;
     c2.batch_execute(&format!(
         "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP) \
          WITH (connector = 'kafka', topic = '{topic}', \

@@ -948,15 +948,21 @@ impl Catalog {
     /// is written in the same write (the view's new marks).
     pub fn clear_data(&self, table: &Table, then: (&[u8], &[u8])) -> Result<()> {
         let mut batch = WriteBatch::default();
+        self.delete_data(&mut batch, table);
+        batch.put_cf(cf(&self.db, CF_STATE), then.0, then.1);
+        self.db.write_opt(batch, &sync_write())?;
+        Ok(())
+    }
+
+    /// Deletes what a table or view stores: its rows, its log, and (a
+    /// view's) operator state and source offsets, which live under its id.
+    fn delete_data(&self, batch: &mut WriteBatch, table: &Table) {
         let prefix = keys::table_prefix(table.def.id);
         let end = keys::prefix_end(&prefix);
         batch.delete_range_cf(cf(&self.db, CF_ROWS), &prefix, &end);
         let topic = keys::table_prefix(table.def.topic());
         batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
         batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &end);
-        batch.put_cf(cf(&self.db, CF_STATE), then.0, then.1);
-        self.db.write_opt(batch, &sync_write())?;
-        Ok(())
     }
 
     /// Remove objects and their stored data in one atomic write.
@@ -967,14 +973,7 @@ impl Catalog {
         let mut batch = WriteBatch::default();
         for object in objects {
             batch.delete_cf(cf(&self.db, CF_CATALOG), keys::object_key(object.id()));
-            let table = object.table();
-            let prefix = keys::table_prefix(table.def.id);
-            let end = keys::prefix_end(&prefix);
-            batch.delete_range_cf(cf(&self.db, CF_ROWS), &prefix, &end);
-            let topic = keys::table_prefix(table.def.topic());
-            batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
-            // A view's operator state and source offsets live under its id.
-            batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &end);
+            self.delete_data(&mut batch, object.table());
         }
         let ids: Vec<u64> = objects.iter().map(Object::id).collect();
         let orphans: Vec<String> = inner
