@@ -557,6 +557,14 @@ async fn a_partitioned_view_is_refused_where_a_cluster_could_not_split_it() {
     // On a node of its own, the view is whole and reads as any other.
     client.batch_execute("FLUSH").await.expect("flush");
     assert!(rows(&client, "SELECT * FROM p").await.is_empty());
+    assert_eq!(
+        rows(
+            &client,
+            "SELECT reloptions FROM pg_class WHERE relname = 'p'"
+        )
+        .await,
+        ["{emit=changes,partitioned=true}"]
+    );
     client
         .batch_execute("DROP MATERIALIZED VIEW p")
         .await

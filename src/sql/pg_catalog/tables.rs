@@ -766,6 +766,9 @@ fn reloptions(object: &Object) -> Vec<String> {
             every @ Emit::Every { .. } => every.clause().trim_start_matches("EMIT ").to_lowercase(),
         };
         options.push(format!("emit={emit}"));
+        if view.def.partitioned {
+            options.push("partitioned=true".into());
+        }
     }
     options
 }
