@@ -441,6 +441,20 @@ async fn wait_for_partitioned(clients: &[&tokio_postgres::Client], n: i64) {
             |r| r == minutes,
         )
         .await;
+        // Minutes the watermark (the last event's time less a second) closed.
+        let open = format!("2024-01-01 00:{:02}:00", (n - 2) / 60);
+        let closed: Vec<String> = minutes
+            .iter()
+            .filter(|row| row.split('|').nth(1).is_some_and(|at| at < open.as_str()))
+            .cloned()
+            .collect();
+        wait_until(
+            client,
+            "SELECT * FROM closed ORDER BY k, window_start",
+            "the closed minutes",
+            |r| r == closed,
+        )
+        .await;
     }
 }
 
@@ -452,9 +466,14 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
     kafka::create_topic(&bootstrap, &topic, 6).await;
     let ([n1, n2, mut n3], [c1, c2, c3]) = three_nodes(&cluster, &bootstrap).await;
     c2.batch_execute(&format!(
-        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP) \
+        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP, \
+           WATERMARK FOR at AS at - INTERVAL '1' SECOND) \
          WITH (connector = 'kafka', topic = '{topic}', \
            properties.bootstrap.server = '{bootstrap}') FORMAT PLAIN ENCODE JSON;
+         CREATE MATERIALIZED VIEW closed WITH (partitioned = true) AS \
+           SELECT k, window_start, count(*) AS n \
+           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start \
+           EMIT ON WINDOW CLOSE;
          CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS \
            SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
          CREATE MATERIALIZED VIEW whole AS \
