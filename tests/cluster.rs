@@ -94,18 +94,21 @@ fn split_among(rows: &[String], names: &[&str]) -> bool {
         && distinct == (0..PARTITIONS).collect()
 }
 
-fn event(i: i64) -> Vec<u8> {
+/// Event `i`: key `i % keys`, value `i`, at `i` seconds past midnight.
+fn event(i: i64, keys: i64) -> Vec<u8> {
     format!(
-        r#"{{"k": {}, "v": {i}, "at": "2024-01-01 00:{:02}:{:02}"}}"#,
-        i % 5,
-        i / 60,
+        r#"{{"k": {}, "v": {i}, "at": "2024-01-01 {:02}:{:02}:{:02}"}}"#,
+        i % keys,
+        i / 3600,
+        i / 60 % 60,
         i % 60
     )
     .into_bytes()
 }
 
-async fn produce(bootstrap: &str, topic: &str, events: std::ops::Range<i64>) {
-    let payloads: Vec<Vec<u8>> = events.clone().map(event).collect();
+/// Events `events`, keyed `i % keys`, over the topic's 6 partitions.
+async fn produce(bootstrap: &str, topic: &str, events: std::ops::Range<i64>, keys: i64) {
+    let payloads: Vec<Vec<u8>> = events.clone().map(|i| event(i, keys)).collect();
     let records: Vec<kafka::Outgoing> = payloads
         .iter()
         .zip(events)
@@ -114,11 +117,11 @@ async fn produce(bootstrap: &str, topic: &str, events: std::ops::Range<i64>) {
     kafka::produce(bootstrap, topic, &records).await;
 }
 
-/// What `totals` holds after events 0..n: `k|count|sum` by k.
-fn recount(n: i64) -> Vec<String> {
+/// What `totals` holds after events 0..n keyed `i % keys`: `k|count|sum` by k.
+fn recount(n: i64, keys: i64) -> Vec<String> {
     let mut by_key: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     for i in 0..n {
-        let entry = by_key.entry(i % 5).or_default();
+        let entry = by_key.entry(i % keys).or_default();
         entry.0 += 1;
         entry.1 += i;
     }
@@ -195,13 +198,13 @@ async fn three_nodes_share_a_catalog_and_survive_a_kill() {
         wait_until(client, columns, "the winner's table", |r| r == winner).await;
     }
 
-    produce(&bootstrap, &topic, 0..90).await;
+    produce(&bootstrap, &topic, 0..90, 5).await;
     for client in [&c1, &c2, &c3] {
         wait_until(
             client,
             "SELECT * FROM totals ORDER BY k",
             "the recount",
-            |r| r == recount(90),
+            |r| r == recount(90, 5),
         )
         .await;
     }
@@ -223,7 +226,7 @@ async fn three_nodes_share_a_catalog_and_survive_a_kill() {
     ))
     .await
     .expect("a sink");
-    produce(&bootstrap, &topic, 90..150).await;
+    produce(&bootstrap, &topic, 90..150, 5).await;
 
     n3.restart();
     let c3 = n3.connect().await;
@@ -240,7 +243,7 @@ async fn three_nodes_share_a_catalog_and_survive_a_kill() {
             client,
             "SELECT * FROM totals ORDER BY k",
             "the recount",
-            |r| r == recount(150),
+            |r| r == recount(150, 5),
         )
         .await;
         wait_until(
@@ -297,7 +300,7 @@ async fn assert_sink_written_once(bootstrap: &str, topic: &str) {
             .values()
             .map(|v| format!("{}|{}|{}", v["k"], v["n"], v["total"]))
             .collect();
-        if got == recount(150) {
+        if got == recount(150, 5) {
             return;
         }
         assert!(Instant::now() < deadline, "sink holds {got:?}");
@@ -371,48 +374,22 @@ async fn bad_cluster_settings_stop_the_node_and_a_lone_node_is_a_cluster_of_one(
     );
 }
 
-/// `k|count|sum` by k for events 0..n keyed `i % 40`, and `k|minute|count`.
+/// Events of the partitioned views' test: keyed `i % 40`.
+const KEYS: i64 = 40;
+
+/// `k|count|sum` by k after events 0..n, and `k|minute|count`.
 fn partitioned_recount(n: i64) -> (Vec<String>, Vec<String>) {
-    let mut totals: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
     let mut minutes: BTreeMap<(i64, i64), i64> = BTreeMap::new();
     for i in 0..n {
-        let entry = totals.entry(i % 40).or_default();
-        entry.0 += 1;
-        entry.1 += i;
-        *minutes.entry((i % 40, i / 60)).or_default() += 1;
+        *minutes.entry((i % KEYS, i / 60)).or_default() += 1;
     }
     (
-        totals
-            .into_iter()
-            .map(|(k, (count, sum))| format!("{k}|{count}|{sum}"))
-            .collect(),
+        recount(n, KEYS),
         minutes
             .into_iter()
             .map(|((k, m), count)| format!("{k}|2024-01-01 {:02}:{:02}:00|{count}", m / 60, m % 60))
             .collect(),
     )
-}
-
-async fn produce_keyed(bootstrap: &str, topic: &str, events: std::ops::Range<i64>) {
-    let payloads: Vec<Vec<u8>> = events
-        .clone()
-        .map(|i| {
-            format!(
-                r#"{{"k": {}, "v": {i}, "at": "2024-01-01 {:02}:{:02}:{:02}"}}"#,
-                i % 40,
-                i / 3600,
-                i / 60 % 60,
-                i % 60
-            )
-            .into_bytes()
-        })
-        .collect();
-    let records: Vec<kafka::Outgoing> = payloads
-        .iter()
-        .zip(events)
-        .map(|(p, i)| (None, Some(p.as_slice()), Some((i % 6) as i32)))
-        .collect();
-    kafka::produce(bootstrap, topic, &records).await;
 }
 
 /// A view's operator state entries on a node, from its `/state` page.
@@ -484,7 +461,7 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
     ))
     .await
     .expect("DDL on n2");
-    produce_keyed(&bootstrap, &topic, 0..300).await;
+    produce(&bootstrap, &topic, 0..300, KEYS).await;
     wait_for_partitioned(&[&c1, &c2, &c3], 300).await;
     // Each node keeps a share of the groups, the whole view all of them.
     for server in [&n1, &n2, &n3] {
@@ -513,7 +490,7 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
     // A node dies mid-stream: the others take its partitions over and
     // build them from their own logs.
     n3.kill();
-    produce_keyed(&bootstrap, &topic, 300..450).await;
+    produce(&bootstrap, &topic, 300..450, KEYS).await;
     wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
         split_among(r, &["n1", "n2"])
     })
@@ -522,7 +499,7 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
 
     n3.restart();
     let c3 = n3.connect().await;
-    produce_keyed(&bootstrap, &topic, 450..600).await;
+    produce(&bootstrap, &topic, 450..600, KEYS).await;
     wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
         split_among(r, &["n1", "n2", "n3"])
     })
