@@ -56,7 +56,11 @@ pub async fn run(engine: Arc<Engine>, listener: TcpListener, tls: Option<HttpTls
     }
 }
 
-async fn accept(engine: &Engine, socket: TcpStream, tls: Option<HttpTls>) -> std::io::Result<()> {
+async fn accept(
+    engine: &Arc<Engine>,
+    socket: TcpStream,
+    tls: Option<HttpTls>,
+) -> std::io::Result<()> {
     let Some(tls) = tls else {
         return serve(engine, socket).await;
     };
@@ -86,7 +90,7 @@ const PROMETHEUS: &str = "text/plain; version=0.0.4";
 const JSON: &str = "application/json";
 const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 
-async fn serve<S>(engine: &Engine, mut socket: S) -> std::io::Result<()>
+async fn serve<S>(engine: &Arc<Engine>, mut socket: S) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -98,8 +102,13 @@ where
     let target = line.next().unwrap_or("/");
     let path = target.split('?').next().unwrap_or(target);
     if let ("GET", Some(view)) = (method, path.strip_prefix(PARTITION_ROWS)) {
-        let query = target.split_once('?').map_or("", |(_, q)| q);
-        return match engine.rows_for_peer(view, query) {
+        let query = target.split_once('?').map_or("", |(_, q)| q).to_string();
+        let (engine, view) = (engine.clone(), view.to_string());
+        // Reading a view's rows blocks: not on the task that serves.
+        let rows = tokio::task::spawn_blocking(move || engine.rows_for_peer(&view, &query))
+            .await
+            .map_err(std::io::Error::other)?;
+        return match rows {
             Ok(rows) => respond(socket, "200 OK", ARROW_STREAM, rows).await,
             Err(e @ crate::error::Error::PrerequisiteState(_)) => {
                 respond(socket, "503 Service Unavailable", TEXT, format!("{e}\n")).await
