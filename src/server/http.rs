@@ -4,8 +4,9 @@
 //! operator state entries exactly (it walks the state, so it is for
 //! inspection, not for scraping). In a cluster, the node's partitions of
 //! a partitioned view's rows go to the other nodes as an Arrow stream
-//! (`/internal/partitions/ID`), for those that show the node's token. What changes the node goes through pgwire, where roles are
-//! checked (`VACUUM` compacts the store).
+//! (`/internal/partitions/ID`), for those that show the node's token.
+//! What changes the node goes through pgwire, where roles are checked
+//! (`VACUUM` compacts the store).
 //!
 //! With `--tls-cert` the port speaks HTTPS with the pgwire port's
 //! certificate, and plain HTTP too unless `--tls-required`: a request that

@@ -98,16 +98,24 @@ pub fn owned_for_build(engine: &Engine, view: &View) -> Result<Option<Owned>> {
     if !view.def.partitioned || engine.config.cluster.is_none() {
         return Ok(None);
     }
-    let db = engine.store.db();
-    let key = keys::owned_partitions_key(view.def.table.id);
-    if let Some(stored) = db.get_cf(cf(db, CF_STATE), &key)?
-        && let Some(owned) = Owned::decode(&stored)
-    {
+    if let Some(owned) = built_for(engine, view)? {
         return Ok(Some(owned));
     }
     let owned = owned_now(engine);
+    let db = engine.store.db();
+    let key = keys::owned_partitions_key(view.def.table.id);
     db.put_cf(cf(db, CF_STATE), &key, owned.encode())?;
     Ok(Some(owned))
+}
+
+/// The partitions `view`'s state was built for, as stored beside it.
+fn built_for(engine: &Engine, view: &View) -> Result<Option<Owned>> {
+    let db = engine.store.db();
+    let stored = db.get_cf(
+        cf(db, CF_STATE),
+        keys::owned_partitions_key(view.def.table.id),
+    )?;
+    Ok(stored.and_then(|bytes| Owned::decode(&bytes)))
 }
 
 /// What this node owns now; nothing before it joined.
@@ -184,6 +192,18 @@ async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
     Ok(())
 }
 
+/// Holds off rebuilds while `needed`: a partitioned view is being
+/// created or dropped.
+pub async fn hold_rebuilds(
+    engine: &Engine,
+    needed: bool,
+) -> Option<tokio::sync::MutexGuard<'_, ()>> {
+    match needed {
+        true => Some(engine.partitioning.lock().await),
+        false => None,
+    }
+}
+
 fn building(engine: &Engine) -> std::sync::MutexGuard<'_, std::collections::HashSet<u64>> {
     engine.building.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -223,7 +243,7 @@ fn answers_for(engine: &Engine, view: &View, wanted: &[u32]) -> Result<()> {
              rebalance; retry in a moment"
         )));
     }
-    let built = owned_for_build(engine, view)?.map(|o| o.partitions);
+    let built = built_for(engine, view)?.map(|o| o.partitions);
     let missing: Vec<String> = wanted
         .iter()
         .filter(|p| built.as_ref().is_some_and(|b| !b.contains(p)))
@@ -266,6 +286,9 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
             "not a node of this cluster".into(),
         ));
     }
+    let id = id
+        .parse()
+        .map_err(|_| Error::InvalidParameter(format!("not a view id: {id}")))?;
     let view = partitioned_view(engine, id)?;
     answers_for(engine, &view, &wanted)?;
     let table = &view.table;
@@ -288,10 +311,7 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
     Ok(out)
 }
 
-fn partitioned_view(engine: &Engine, id: &str) -> Result<Arc<View>> {
-    let id: u64 = id
-        .parse()
-        .map_err(|_| Error::InvalidParameter(format!("not a view id: {id}")))?;
+fn partitioned_view(engine: &Engine, id: u64) -> Result<Arc<View>> {
     match engine.catalog.by_id(id) {
         Some(Object::MaterializedView(view)) if view.def.partitioned => Ok(view),
         _ => Err(Error::UndefinedTable(format!(
@@ -333,7 +353,7 @@ impl Peers for ClusterPeers {
             .find(|m| &m.info.node == me)
             .map(|m| sorted(&m.partitions))
             .unwrap_or_default();
-        let view = partitioned_view(&engine, &table.def.id.to_string())?;
+        let view = partitioned_view(&engine, table.def.id)?;
         answers_for(&engine, &view, &partitions)?;
         Ok(Some(Owned {
             count: replication.cluster.partitions,

@@ -53,25 +53,14 @@ pub fn plan(table: &Table, filters: &[Expr]) -> datafusion::error::Result<KeyAcc
     Ok(range(table, &table.def.primary_key, &found).unwrap_or(FULL))
 }
 
-/// The one value each primary key column equals, in key order, when the
-/// filters give one for every key column: a point read.
-pub fn key_point(table: &Table, filters: &[Expr]) -> Option<Vec<ScalarValue>> {
+/// Every key the filters pin, when they pin every key column: a column
+/// of values per key column, in the columns' types.
+pub fn key_points(table: &Table, filters: &[Expr]) -> Option<Vec<ArrayRef>> {
     if !table.def.is_keyed() {
         return None;
     }
     let found: Vec<(String, Bound)> = filters.iter().filter_map(constraint).collect();
-    table
-        .def
-        .primary_key
-        .iter()
-        .map(|i| {
-            let name = &table.def.columns[*i].name;
-            found.iter().find_map(|(column, bound)| match bound {
-                Bound::Eq(values) if column == name && values.len() == 1 => Some(values[0].clone()),
-                _ => None,
-            })
-        })
-        .collect()
+    point_columns(table, &found)
 }
 
 /// The columns an index's stored key starts with: its key columns, or for
@@ -192,6 +181,15 @@ fn constraint(filter: &Expr) -> Option<(String, Bound)> {
 
 /// Point keys when every key column is pinned to a few values.
 fn points(table: &Table, found: &[(String, Bound)]) -> Option<Vec<Vec<u8>>> {
+    let columns = point_columns(table, found)?;
+    let rows = table.codec.encode_key_columns(&columns).ok()?;
+    Some(rows.iter().map(|r| r.data().to_vec()).collect())
+}
+
+/// The keys `found` pins, every combination of them, a column per key
+/// column; `None` unless every key column is pinned, or past
+/// [`MAX_POINTS`] keys.
+fn point_columns(table: &Table, found: &[(String, Bound)]) -> Option<Vec<ArrayRef>> {
     let mut per_column: Vec<Vec<ScalarValue>> = Vec::new();
     for index in &table.def.primary_key {
         let column = &table.def.columns[*index];
@@ -224,12 +222,10 @@ fn points(table: &Table, found: &[(String, Bound)]) -> Option<Vec<Vec<u8>>> {
             })
             .collect();
     }
-    let columns: Vec<ArrayRef> = (0..per_column.len())
+    (0..per_column.len())
         .map(|c| ScalarValue::iter_to_array(combos.iter().map(|combo| combo[c].clone())))
         .collect::<Result<_, _>>()
-        .ok()?;
-    let rows = table.codec.encode_key_columns(&columns).ok()?;
-    Some(rows.iter().map(|r| r.data().to_vec()).collect())
+        .ok()
 }
 
 /// A range over the key columns `key`: equalities on its leading columns

@@ -85,6 +85,13 @@ fn canonical(column: &ArrayRef) -> Result<ArrayRef> {
     Ok(cast(column, &to)?)
 }
 
+/// The one partition every row of `columns` falls in, if there is one.
+pub fn single_partition(columns: &[ArrayRef], count: u32) -> Option<u32> {
+    let partitions = partitions_of(columns, count).ok()?;
+    let first = *partitions.first()?;
+    partitions.iter().all(|p| *p == first).then_some(first)
+}
+
 /// The rows of `batch` whose `key` columns fall in `owned`'s partitions.
 pub fn keep_owned(batch: &RecordBatch, key: &[usize], owned: &Owned) -> Result<RecordBatch> {
     let columns: Vec<ArrayRef> = key.iter().map(|k| batch.column(*k).clone()).collect();

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::{SchemaProvider, Session, TableProvider};
-use datafusion::common::{Constraint, Constraints, DataFusionError, ScalarValue};
+use datafusion::common::{Constraint, Constraints, DataFusionError};
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
@@ -262,9 +262,7 @@ impl TableSource {
             None => Ok(()),
         }
     }
-}
 
-impl TableSource {
     /// A partitioned view: this node's partitions from the snapshot, the
     /// others' from their nodes, each node answering for the partitions
     /// the address book gives it. A read of one key goes to its owner.
@@ -276,10 +274,10 @@ impl TableSource {
         filters: &[Expr],
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mine = peers.mine(&self.table)?;
-        let point = match (&mine, keyaccess::key_point(&self.table, filters)) {
-            // A key the column cannot hold reads every partition, and
-            // the filter finds nothing.
-            (Some(mine), Some(values)) => self.partition_of(&values, mine.count).ok(),
+        // Keys the columns cannot hold, or keys of several partitions,
+        // read every partition; the filter keeps what matches.
+        let point = match (&mine, keyaccess::key_points(&self.table, filters)) {
+            (Some(mine), Some(keys)) => partition::single_partition(&keys, mine.count),
             _ => None,
         };
         let here = match (&mine, point) {
@@ -310,21 +308,6 @@ impl TableSource {
             projection.cloned(),
         )?;
         Ok(exec)
-    }
-
-    /// The partition of one key, given as a value per key column.
-    fn partition_of(&self, values: &[ScalarValue], count: u32) -> crate::Result<u32> {
-        let columns = values
-            .iter()
-            .zip(&self.table.def.primary_key)
-            .map(|(value, i)| {
-                let array = value.to_array_of_size(1)?;
-                let to = self.table.schema.field(*i).data_type();
-                Ok(datafusion::arrow::compute::cast(&array, to)?)
-            })
-            .collect::<crate::Result<Vec<_>>>()?;
-        let partitions = partition::partitions_of(&columns, count)?;
-        Ok(partitions.first().copied().unwrap_or_default())
     }
 }
 

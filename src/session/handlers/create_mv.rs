@@ -55,10 +55,7 @@ pub async fn create(
             crate::session::partitioned::check(engine, &plan, keyed, &shape.depends_on)?;
         }
         // A view created while partitions move is built for the new ones.
-        let _partitioning = match partitioned {
-            true => Some(engine.partitioning.lock().await),
-            false => None,
-        };
+        let _partitioning = crate::session::partitioned::hold_rebuilds(engine, partitioned).await;
         let table = contents(engine.catalog.allocate_id()?, &create, &plan, &shape)?;
         let _building =
             partitioned.then(|| crate::session::partitioned::Building::start(engine, table.id));
@@ -260,7 +257,7 @@ fn options(options: &[(String, String)]) -> Result<(i64, OnError, bool)> {
         match key.as_str() {
             "retention" => text = value.clone(),
             "on_error" => on_error = OnError::parse(value)?,
-            "partitioned" => partitioned = boolean(key, value)?,
+            "partitioned" => partitioned = super::subscribe::boolean(key, value)?,
             other => {
                 return Err(Error::InvalidParameter(format!(
                     "unrecognized materialized view option \"{other}\"; a view takes \
@@ -273,17 +270,6 @@ fn options(options: &[(String, String)]) -> Result<(i64, OnError, bool)> {
     let duration = super::subscribe::parse_duration(&text)
         .map_err(|e| Error::InvalidParameter(format!("retention: {e}")))?;
     Ok((duration.as_micros() as i64, on_error, partitioned))
-}
-
-/// A boolean option's value, spelled as PostgreSQL accepts booleans.
-fn boolean(key: &str, value: &str) -> Result<bool> {
-    match value.to_ascii_lowercase().as_str() {
-        "true" | "on" | "yes" | "1" | "t" => Ok(true),
-        "false" | "off" | "no" | "0" | "f" => Ok(false),
-        _ => Err(Error::InvalidParameter(format!(
-            "option \"{key}\" takes true or false, not \"{value}\""
-        ))),
-    }
 }
 
 /// Removes a view whose CREATE did not finish, also when the statement's

@@ -450,10 +450,7 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
     let partitioned = doomed
         .iter()
         .any(|o| matches!(o, Object::MaterializedView(v) if v.def.partitioned));
-    let _partitioning = match partitioned {
-        true => Some(engine.partitioning.lock().await),
-        false => None,
-    };
+    let _partitioning = crate::session::partitioned::hold_rebuilds(engine, partitioned).await;
     for object in &doomed {
         for sink in engine.catalog.sinks_of(object.id()) {
             if let Some(sink) = engine.catalog.sink(&sink) {

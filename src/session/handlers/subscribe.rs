@@ -94,10 +94,11 @@ fn relation(engine: &Engine, name: &str) -> Result<Arc<Table>> {
         .ok_or_else(|| Error::UndefinedTable(name.to_string()))
 }
 
-fn boolean(key: &str, value: &str) -> Result<bool> {
+/// A boolean option's value, spelled as PostgreSQL spells booleans.
+pub(super) fn boolean(key: &str, value: &str) -> Result<bool> {
     match value.to_lowercase().as_str() {
-        "true" | "on" | "1" | "yes" => Ok(true),
-        "false" | "off" | "0" | "no" => Ok(false),
+        "true" | "on" | "1" | "yes" | "t" => Ok(true),
+        "false" | "off" | "0" | "no" | "f" => Ok(false),
         _ => Err(Error::InvalidParameter(format!(
             "option \"{key}\" takes true or false, not \"{value}\""
         ))),
