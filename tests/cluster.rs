@@ -566,3 +566,92 @@ async fn a_partitioned_view_is_refused_where_a_cluster_could_not_split_it() {
         .await
         .expect("drop");
 }
+
+/// Rows a node wrote to source `events`' log, from its `/metrics` page.
+async fn messages_logged(server: &TestServer) -> u64 {
+    let page = server.http_get("/metrics").await;
+    page.lines()
+        .find_map(|line| line.strip_prefix("weir_source_messages_total{source=\"events\"} "))
+        .map_or(0, |n| n.trim().parse().expect("a count"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_split_source_spreads_its_reading_over_the_nodes_and_survives_a_kill() {
+    let bootstrap = kafka::bootstrap();
+    let cluster = kafka::unique_topic("split");
+    let topic = kafka::unique_topic("split-in");
+    kafka::create_topic(&bootstrap, &topic, 6).await;
+    let ([n1, n2, mut n3], [c1, c2, c3]) = three_nodes(&cluster, &bootstrap).await;
+    let source = format!(
+        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP, \
+           WATERMARK FOR at AS at - INTERVAL '1' SECOND) \
+         WITH (connector = 'kafka', topic = '{topic}', \
+           properties.bootstrap.server = '{bootstrap}', partition_by = 'k') \
+         FORMAT PLAIN ENCODE JSON"
+    );
+    assert_eq!(
+        sqlstate(&c1, &source.replace("'k')", "'nope')")).await,
+        "22023",
+        "partition_by names a column the source lacks"
+    );
+    c1.batch_execute(&format!(
+        "{source};
+         CREATE MATERIALIZED VIEW closed WITH (partitioned = true) AS \
+           SELECT k, window_start, count(*) AS n \
+           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start \
+           EMIT ON WINDOW CLOSE;
+         CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS \
+           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
+         CREATE MATERIALIZED VIEW per_minute WITH (partitioned = true) AS \
+           SELECT k, window_start, count(*) AS n \
+           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start"
+    ))
+    .await
+    .expect("DDL on n1");
+    for sql in [
+        "SELECT count(*) FROM events",
+        "CREATE MATERIALIZED VIEW whole AS SELECT k, count(*) FROM events GROUP BY k",
+        "CREATE MATERIALIZED VIEW by_v WITH (partitioned = true) AS \
+         SELECT v, count(*) FROM events GROUP BY v",
+        "CREATE MATERIALIZED VIEW renamed WITH (partitioned = true) AS \
+         SELECT k AS key, count(*) FROM events GROUP BY k",
+        "SUBSCRIBE events",
+    ] {
+        assert_eq!(sqlstate(&c2, sql).await, "0A000", "{sql}");
+    }
+    produce(&bootstrap, &topic, 0..300, KEYS).await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 300).await;
+    // Each node logged its share of the events, and together all of them once.
+    let mut logged = Vec::new();
+    for server in [&n1, &n2, &n3] {
+        logged.push(messages_logged(server).await);
+    }
+    assert!(
+        logged.iter().all(|n| *n > 0 && *n < 300) && logged.iter().sum::<u64>() == 300,
+        "events logged by each node: {logged:?}"
+    );
+    let (totals, _) = partitioned_recount(300);
+    for client in [&c1, &c2, &c3] {
+        for k in [0, 7, 13, 39] {
+            let sql = format!("SELECT * FROM totals WHERE k = {k}");
+            assert_eq!(rows(client, &sql).await, [totals[k].clone()], "{sql}");
+        }
+    }
+
+    n3.kill();
+    produce(&bootstrap, &topic, 300..450, KEYS).await;
+    wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
+        split_among(r, &["n1", "n2"])
+    })
+    .await;
+    wait_for_partitioned(&[&c1, &c2], 450).await;
+
+    n3.restart();
+    let c3 = n3.connect().await;
+    produce(&bootstrap, &topic, 450..600, KEYS).await;
+    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
+        split_among(r, &["n1", "n2", "n3"])
+    })
+    .await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 600).await;
+}

@@ -954,6 +954,19 @@ impl Catalog {
         Ok(())
     }
 
+    /// Deletes a source's rows and log and the read positions its
+    /// connector committed under producer ids starting with `positions`,
+    /// in one write: its connector reads it again from the start.
+    pub fn clear_source(&self, table: &Table, positions: &str, then: (&[u8], &[u8])) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        self.delete_data(&mut batch, table);
+        let from = keys::producer_key(positions);
+        batch.delete_range_cf(cf(&self.db, CF_STATE), &from, &keys::prefix_end(&from));
+        batch.put_cf(cf(&self.db, CF_STATE), then.0, then.1);
+        self.db.write_opt(batch, &sync_write())?;
+        Ok(())
+    }
+
     /// Deletes what a table or view stores: its rows, its log, and (a
     /// view's) operator state and source offsets, which live under its id.
     fn delete_data(&self, batch: &mut WriteBatch, table: &Table) {

@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 pub use catalog_log::{Entry, Follower};
 pub use membership::Member;
+pub use topics::ensure_rows_topic;
 
 use crate::error::{Error, Result};
 
@@ -111,7 +112,7 @@ impl Cluster {
 }
 
 /// The settings every client of the cluster's Kafka shares.
-fn client_config(kafka: &str) -> ClientConfig {
+pub fn client_config(kafka: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", kafka)

@@ -69,6 +69,32 @@ pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32
     Ok(found)
 }
 
+/// Creates a split source's rows topic unless it exists: one partition
+/// per cluster partition, kept for ever, since a node that gains a
+/// partition reads it from where its own log ends.
+pub async fn ensure_rows_topic(kafka: &str, topic: &str, partitions: u32) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client_config(kafka)
+        .create()
+        .map_err(|e| kafka_error("cannot make a Kafka client", e))?;
+    let rows = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1))
+        .set("retention.ms", "-1")
+        .set("retention.bytes", "-1");
+    let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
+    let results = admin
+        .create_topics([&rows], &options)
+        .await
+        .map_err(|e| kafka_error("cannot reach the cluster's Kafka", e))?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                return Err(kafka_error(&format!("cannot create topic {topic}"), code));
+            }
+        }
+    }
+    partition_count(kafka, topic).await.map(|_| ())
+}
+
 /// A topic's partitions, once its metadata shows them.
 async fn partition_count(kafka: &str, topic: &str) -> Result<u32> {
     let consumer = consumer(kafka)?;

@@ -167,8 +167,9 @@ impl std::fmt::Debug for Connectors {
 }
 
 impl Connectors {
-    /// Start feeding `table` from its connector.
-    pub fn start_source(&self, node: &Node, table: Arc<Table>) {
+    /// Start feeding `table` from its connector; in a cluster
+    /// (`clustered`), a split source reads its share through the cluster.
+    pub fn start_source(&self, node: &Node, table: Arc<Table>, clustered: bool) {
         let Some(connector) = table.def.connector.clone() else {
             return;
         };
@@ -176,8 +177,12 @@ impl Connectors {
         let id = table.def.id;
         let runtime = node.background.clone();
         let span = tracing::info_span!("source", source = %table.def.name);
+        let split = clustered && !kafka::split_by(&table.def).is_empty();
         self.spawn(&runtime, id, span, move |handle| async move {
             match &connector.connector {
+                ConnectorKind::Kafka if split => {
+                    supervise(handle, |h| kafka::split_source(&node, &table, h)).await
+                }
                 ConnectorKind::Kafka => {
                     supervise(handle, |h| kafka::source(&node, &table, h)).await
                 }

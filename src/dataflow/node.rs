@@ -25,6 +25,9 @@ pub struct Node {
     /// The runtime the node started on: work that outlives a statement
     /// runs there, not on the thread of the connection that started it.
     pub background: tokio::runtime::Handle,
+    /// What this node shares with its cluster, once it joined one; stays
+    /// `None` outside a cluster.
+    pub share: tokio::sync::watch::Receiver<Option<Arc<crate::connector::kafka::Share>>>,
 }
 
 /// Run blocking work from a task: on a multi-threaded runtime the worker

@@ -130,6 +130,14 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
     let _ = engine
         .peers
         .set(Arc::new(super::partitioned::ClusterPeers::new(engine)));
+    engine
+        .share
+        .send_replace(Some(Arc::new(crate::connector::kafka::Share::new(
+            &settings.name,
+            &settings.kafka,
+            replication.cluster.partitions,
+            replication.cluster.owned(),
+        ))));
     tokio::spawn(super::partitioned::follow_ownership(engine.clone()));
     let engine = engine.clone();
     tokio::spawn(async move { keep_following(engine, replication, follower).await });

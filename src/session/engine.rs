@@ -47,6 +47,8 @@ pub struct Engine {
     pub(super) cluster: std::sync::OnceLock<Arc<super::cluster::Replication>>,
     /// Where reads of partitioned views find the other nodes' partitions.
     pub(super) peers: crate::sql::provider::PeersSlot,
+    /// Where split sources learn this node's share of the cluster.
+    pub(super) share: tokio::sync::watch::Sender<Option<Arc<crate::connector::kafka::Share>>>,
     /// Held while partitioned views are created or rebuilt for other
     /// partitions, so that the two do not meet halfway.
     pub(super) partitioning: tokio::sync::Mutex<()>,
@@ -212,7 +214,9 @@ impl Engine {
         };
         let runtime = Runtime::start(store.db().clone(), settings)?;
         let streams = super::streams::Streams::start()?;
+        let (share, shared) = tokio::sync::watch::channel(None);
         let node = Node {
+            share: shared,
             store: store.clone(),
             catalog: catalog.clone(),
             writer: writer.clone(),
@@ -236,6 +240,7 @@ impl Engine {
             background: tokio::runtime::Handle::current(),
             cluster: std::sync::OnceLock::new(),
             peers,
+            share,
             partitioning: tokio::sync::Mutex::new(()),
             building: Default::default(),
         }))
@@ -284,7 +289,8 @@ impl Engine {
             if let crate::catalog::Object::Table(table) = object
                 && table.def.connector.is_some()
             {
-                self.connectors.start_source(&self.node, table);
+                self.connectors
+                    .start_source(&self.node, table, self.config.cluster.is_some());
             }
         }
         for sink in self.catalog.sinks() {

@@ -70,12 +70,89 @@ pub fn check(
             )));
         }
     }
-    Ok(())
+    match split_sources(engine, depends_on).as_slice() {
+        [] => Ok(()),
+        [(_, by)] => shows_split_columns(plan, by),
+        _ => Err(Error::NotSupported(
+            "a partitioned view reads at most one source with partition_by: two split \
+             sources do not keep a group's rows on one node"
+                .into(),
+        )),
+    }
 }
 
-/// Refuses to read a partitioned view other than by SELECT: each node
-/// holds its own partitions' changes only.
+/// A view over a split source groups by the source's `partition_by`
+/// columns and shows them under their own names: rows are split by them,
+/// and reads find a row's partition by them.
+fn shows_split_columns(plan: &datafusion::logical_expr::LogicalPlan, by: &[String]) -> Result<()> {
+    partition::groups_by(plan, by)?;
+    let missing = by
+        .iter()
+        .find(|name| !plan.schema().fields().iter().any(|f| f.name() == *name));
+    match missing {
+        Some(name) => Err(Error::NotSupported(format!(
+            "a view over a source split by ({}) shows each of those columns under its own \
+             name; \"{name}\" is not among its columns",
+            by.join(", ")
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The sources among `ids` that this node's cluster splits over its
+/// nodes (`partition_by`), each with its columns. None outside a cluster,
+/// where every node reads every source whole.
+pub fn split_sources(engine: &Engine, ids: &[u64]) -> Vec<(Arc<Table>, Vec<String>)> {
+    if engine.config.cluster.is_none() {
+        return Vec::new();
+    }
+    ids.iter()
+        .filter_map(|id| {
+            let Object::Table(table) = engine.catalog.by_id(*id)? else {
+                return None;
+            };
+            let by = crate::connector::kafka::split_by(&table.def);
+            (!by.is_empty()).then_some((table, by))
+        })
+        .collect()
+}
+
+/// The columns whose values pick a row's partition of `view`: its split
+/// source's, else its key.
+fn partition_key(engine: &Engine, view: &View) -> Vec<usize> {
+    let split = split_sources(engine, &view.def.depends_on);
+    let Some((_, by)) = split.first() else {
+        return view.table.def.primary_key.clone();
+    };
+    let columns = &view.table.def.columns;
+    by.iter()
+        .filter_map(|name| columns.iter().position(|c| &c.name == name))
+        .collect()
+}
+
+/// The `partition_by` columns of the split source `view` reads; empty when
+/// it reads none.
+pub fn split_columns(engine: &Engine, view: &View) -> Vec<String> {
+    split_sources(engine, &view.def.depends_on)
+        .into_iter()
+        .next()
+        .map(|(_, by)| by)
+        .unwrap_or_default()
+}
+
+/// Refuses to read a partitioned view other than by SELECT, and a split
+/// source other than by a partitioned view: each node holds its own
+/// partitions' rows and changes only.
 pub fn refuse_follower(engine: &Engine, ids: &[u64], what: &str) -> Result<()> {
+    if let Some((table, by)) = split_sources(engine, ids).first() {
+        return Err(Error::NotSupported(format!(
+            "{what} cannot read source \"{}\": it is split over the cluster's nodes by ({}); \
+             read it through a materialized view WITH (partitioned = true) that groups by \
+             those columns",
+            table.def.name,
+            by.join(", ")
+        )));
+    }
     for id in ids {
         if let Some(Object::MaterializedView(view)) = engine.catalog.by_id(*id)
             && view.def.partitioned
@@ -98,7 +175,7 @@ pub fn owned_for_build(engine: &Engine, view: &View) -> Result<Option<Owned>> {
     if !view.def.partitioned || engine.config.cluster.is_none() {
         return Ok(None);
     }
-    if let Some(owned) = built_for(engine, view)? {
+    if let Some(owned) = built_for(engine, view.def.table.id)? {
         return Ok(Some(owned));
     }
     let owned = owned_now(engine);
@@ -108,13 +185,11 @@ pub fn owned_for_build(engine: &Engine, view: &View) -> Result<Option<Owned>> {
     Ok(Some(owned))
 }
 
-/// The partitions `view`'s state was built for, as stored beside it.
-fn built_for(engine: &Engine, view: &View) -> Result<Option<Owned>> {
+/// The partitions a view's state, or a split source's log, was built
+/// for, as stored beside it.
+fn built_for(engine: &Engine, id: u64) -> Result<Option<Owned>> {
     let db = engine.store.db();
-    let stored = db.get_cf(
-        cf(db, CF_STATE),
-        keys::owned_partitions_key(view.def.table.id),
-    )?;
+    let stored = db.get_cf(cf(db, CF_STATE), keys::owned_partitions_key(id))?;
     Ok(stored.and_then(|bytes| Owned::decode(&bytes)))
 }
 
@@ -164,18 +239,43 @@ pub async fn follow_ownership(engine: Arc<Engine>) {
 
 async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
     let _ddl = engine.partitioning.lock().await;
-    for object in engine.catalog.objects() {
-        let Object::MaterializedView(view) = object else {
-            continue;
-        };
-        if !view.def.partitioned || owned_for_build(engine, &view)?.as_ref() == Some(now) {
-            continue;
+    let objects = engine.catalog.objects();
+    let ids: Vec<u64> = objects.iter().map(Object::id).collect();
+    let mut moved = Vec::new();
+    for (table, _) in split_sources(engine, &ids) {
+        if built_for(engine, table.def.id)?.is_some_and(|kept| &kept != now) {
+            moved.push(table);
         }
+    }
+    let mut stale = Vec::new();
+    for object in objects {
+        if let Object::MaterializedView(view) = object
+            && view.def.partitioned
+            && (owned_for_build(engine, &view)?.as_ref() != Some(now)
+                || moved
+                    .iter()
+                    .any(|t| view.def.depends_on.contains(&t.def.id)))
+        {
+            stale.push(view);
+        }
+    }
+    // Stopped before their sources' logs go, so that no view reads the
+    // logs being read again.
+    let mut built = Vec::new();
+    for view in &stale {
+        built.push(Building::start(engine, view.def.table.id));
+        engine.runtime.drop_view(view.def.table.id).await?;
+    }
+    for table in &moved {
+        read_again(engine, table, now).await?;
+    }
+    if !stale.is_empty() || !moved.is_empty() {
+        sources_ready(engine, now).await;
+    }
+    for (view, built) in stale.into_iter().zip(built) {
         tracing::info!(view = %view.def.table.name, partitions = ?now.partitions,
             "building this node's part of a partitioned view again");
         let id = view.def.table.id;
-        let built = Building::start(engine, id);
-        engine.runtime.drop_view(id).await?;
         let key = keys::owned_partitions_key(id);
         engine
             .catalog
@@ -190,6 +290,53 @@ async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Starts split source `table` again from nothing, for the partitions this
+/// node owns now: its log holds the rows of the partitions it owned
+/// before, in their order, and a windowed view must see each partition's
+/// rows in event time's order again.
+async fn read_again(engine: &Engine, table: &Arc<Table>, now: &Owned) -> Result<()> {
+    tracing::info!(source = %table.def.name, partitions = ?now.partitions,
+        "reading a split source's partitions again");
+    let id = table.def.id;
+    engine.connectors.stop(id).await;
+    engine.catalog.clear_source(
+        table,
+        &crate::connector::kafka::positions_prefix(id),
+        (&keys::owned_partitions_key(id), &now.encode()),
+    )?;
+    engine.writer.forget_table(id, table.def.topic());
+    engine
+        .connectors
+        .start_source(&engine.node, table.clone(), true);
+    Ok(())
+}
+
+/// How long a rebuild waits for split sources to read partitions they gained.
+const SOURCES_READY: Duration = Duration::from_secs(300);
+
+/// Waits until every split source's log holds the rows of `now`'s
+/// partitions, read up to where their rows topic ended when the source
+/// took them: a view built before would answer for partitions it has not
+/// seen whole.
+async fn sources_ready(engine: &Engine, now: &Owned) {
+    let Some(share) = engine.share.borrow().clone() else {
+        return;
+    };
+    let ids: Vec<u64> = engine.catalog.objects().iter().map(Object::id).collect();
+    let split = split_sources(engine, &ids);
+    let deadline = tokio::time::Instant::now() + SOURCES_READY;
+    for (table, _) in split {
+        while !share.ready_for(table.def.id, &now.partitions) {
+            if tokio::time::Instant::now() > deadline {
+                tracing::warn!(source = %table.def.name, "a split source has not read the \
+                    partitions this node gained; building its views anyway");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }
 
 /// Holds off rebuilds while `needed`: a partitioned view is being
@@ -243,7 +390,7 @@ fn answers_for(engine: &Engine, view: &View, wanted: &[u32]) -> Result<()> {
              rebalance; retry in a moment"
         )));
     }
-    let built = built_for(engine, view)?.map(|o| o.partitions);
+    let built = built_for(engine, view.def.table.id)?.map(|o| o.partitions);
     let missing: Vec<String> = wanted
         .iter()
         .filter(|p| built.as_ref().is_some_and(|b| !b.contains(p)))
@@ -302,7 +449,7 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
     for batch in &rows {
         writer.write(&partition::keep_owned(
             batch,
-            &table.def.primary_key,
+            &partition_key(engine, &view),
             &owned,
         )?)?;
     }
@@ -359,6 +506,17 @@ impl Peers for ClusterPeers {
             count: replication.cluster.partitions,
             partitions,
         }))
+    }
+
+    fn key_of(&self, table: &Table) -> Vec<usize> {
+        let view = self
+            .engine
+            .upgrade()
+            .and_then(|engine| Some((partitioned_view(&engine, table.def.id).ok()?, engine)));
+        match view {
+            Some((view, engine)) => partition_key(&engine, &view),
+            None => table.def.primary_key.clone(),
+        }
     }
 
     async fn rows_elsewhere(&self, table: &Table, only: Option<u32>) -> Result<Vec<RecordBatch>> {

@@ -104,17 +104,22 @@ pub fn keep_owned(batch: &RecordBatch, key: &[usize], owned: &Owned) -> Result<R
 }
 
 /// `plan` with its aggregate's input restricted to `owned`'s partitions
-/// of the group key: the aggregate the view's key comes from, found
-/// through the projections, filters and aliases above it.
-pub fn restrict(plan: &LogicalPlan, owned: &Owned) -> Result<LogicalPlan> {
+/// of the group key, or of the group columns named `by` (a split
+/// source's, in its order): the aggregate the view's key comes from,
+/// found through the projections, filters and aliases above it.
+pub fn restrict(plan: &LogicalPlan, owned: &Owned, by: &[String]) -> Result<LogicalPlan> {
     let inputs = match plan {
         LogicalPlan::Aggregate(a) => {
-            let filter = Filter::try_new(owned_predicate(&a.group_expr, owned), a.input.clone())?;
+            let key = match by.is_empty() {
+                true => a.group_expr.clone(),
+                false => groups_named(&a.group_expr, by)?,
+            };
+            let filter = Filter::try_new(owned_predicate(&key, owned), a.input.clone())?;
             vec![LogicalPlan::Filter(filter)]
         }
         LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
             let input = plan.inputs()[0];
-            vec![restrict(input, owned)?]
+            vec![restrict(input, owned, by)?]
         }
         _ => {
             return Err(Error::Internal(
@@ -123,6 +128,39 @@ pub fn restrict(plan: &LogicalPlan, owned: &Owned) -> Result<LogicalPlan> {
         }
     };
     Ok(plan.with_new_exprs(plan.expressions(), inputs)?)
+}
+
+/// The group expressions that are the columns named `by`, in its order.
+fn groups_named(groups: &[Expr], by: &[String]) -> Result<Vec<Expr>> {
+    by.iter()
+        .map(|name| {
+            groups
+                .iter()
+                .find(|g| matches!(g, Expr::Column(c) if &c.name == name))
+                .cloned()
+                .ok_or_else(|| {
+                    Error::NotSupported(format!(
+                        "a view over a source split by ({}) must GROUP BY each of those \
+                         columns as it is; \"{name}\" is not among its groups",
+                        by.join(", ")
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// Whether the aggregate at `plan`'s top groups by each column of `by`
+/// as it is.
+pub fn groups_by(plan: &LogicalPlan, by: &[String]) -> Result<()> {
+    match plan {
+        LogicalPlan::Aggregate(a) => groups_named(&a.group_expr, by).map(|_| ()),
+        LogicalPlan::Projection(_) | LogicalPlan::Filter(_) | LogicalPlan::SubqueryAlias(_) => {
+            groups_by(plan.inputs()[0], by)
+        }
+        _ => Err(Error::Internal(
+            "a partitioned view's plan has no aggregate at its top".into(),
+        )),
+    }
 }
 
 /// Whether `plan` ends in an aggregate with a group key, under

@@ -62,6 +62,8 @@ pub trait Peers: Send + Sync + std::fmt::Debug {
     /// The partitions this node answers for, in a cluster; fails when its
     /// part of `table` does not hold them all yet.
     fn mine(&self, table: &Table) -> crate::Result<Option<Owned>>;
+    /// The columns whose values pick a row's partition of `table`.
+    fn key_of(&self, table: &Table) -> Vec<usize>;
     /// The rows of `table`'s partitions that the other nodes own; of
     /// partition `only` alone, from its owner, when given.
     async fn rows_elsewhere(
@@ -154,6 +156,7 @@ impl SchemaProvider for WeirSchema {
         }
         Ok(self.catalog.relation(name).map(|table| {
             let indexes = IndexRead::all_of(&self.catalog, &table);
+            let by = crate::connector::kafka::split_by(&table.def);
             let partitioned = matches!(
                 self.catalog.by_id(table.def.id),
                 Some(crate::catalog::Object::MaterializedView(v)) if v.def.partitioned
@@ -161,8 +164,12 @@ impl SchemaProvider for WeirSchema {
             let mut source = TableSource::new(table, self.store.clone(), self.writer.clone())
                 .with_failures(self.failures.clone())
                 .with_indexes(indexes);
+            let clustered = self.peers.get().is_some();
             if partitioned {
                 source.peers = self.peers.get().cloned();
+            }
+            if clustered && !by.is_empty() {
+                source.split_by = Some(by);
             }
             Arc::new(source) as Arc<dyn TableProvider>
         }))
@@ -186,6 +193,9 @@ pub struct TableSource {
     indexes: Vec<IndexRead>,
     /// A partitioned view in a cluster: the nodes that hold the rest of it.
     peers: Option<Arc<dyn Peers>>,
+    /// A source this node's cluster splits over its nodes, by these
+    /// columns: this node's log holds only its share.
+    split_by: Option<Vec<String>>,
 }
 
 impl TableSource {
@@ -203,6 +213,7 @@ impl TableSource {
             failures: None,
             indexes: Vec::new(),
             peers: None,
+            split_by: None,
         }
     }
 
@@ -274,10 +285,18 @@ impl TableSource {
         filters: &[Expr],
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let mine = peers.mine(&self.table)?;
+        let key = peers.key_of(&self.table);
         // Keys the columns cannot hold, or keys of several partitions,
         // read every partition; the filter keeps what matches.
         let point = match (&mine, keyaccess::key_points(&self.table, filters)) {
-            (Some(mine), Some(keys)) => partition::single_partition(&keys, mine.count),
+            (Some(mine), Some(keys)) => {
+                let primary = &self.table.def.primary_key;
+                let picked: Option<Vec<_>> = key
+                    .iter()
+                    .map(|c| Some(keys[primary.iter().position(|k| k == c)?].clone()))
+                    .collect();
+                picked.and_then(|columns| partition::single_partition(&columns, mine.count))
+            }
             _ => None,
         };
         let here = match (&mine, point) {
@@ -294,7 +313,7 @@ impl TableSource {
             rows = match &mine {
                 Some(mine) => local
                     .iter()
-                    .map(|b| partition::keep_owned(b, &self.table.def.primary_key, mine))
+                    .map(|b| partition::keep_owned(b, &key, mine))
                     .collect::<crate::Result<Vec<_>>>()?,
                 None => local,
             };
@@ -403,6 +422,17 @@ impl TableProvider for TableSource {
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         self.check_running()?;
+        if let Some(by) = &self.split_by {
+            return Err(DataFusionError::External(Box::new(Error::NotSupported(
+                format!(
+                    "source \"{}\" is split over the cluster's nodes by ({}), and each node holds \
+                 only its share; read it through a materialized view WITH (partitioned = true) \
+                 that groups by those columns",
+                    self.table.def.name,
+                    by.join(", ")
+                ),
+            ))));
+        }
         let view = statement_view(state, &self.store);
         if let Some(peers) = &self.peers {
             return self.gather(view, peers, projection, filters).await;

@@ -25,9 +25,11 @@ use super::{Failure, refuse_unknown};
 use crate::catalog::{ConnectorDef, Encoding, Format, Table, TableDef};
 use crate::error::{Error, Result};
 
+mod shuffle;
 mod sink;
 mod source;
 
+pub use shuffle::{Share, positions_prefix, split_source};
 pub use sink::{open as open_sink_stream, sink};
 pub use source::source;
 
@@ -138,6 +140,8 @@ pub struct SourceOptions {
     pub csv: CsvOptions,
     /// How many of the table's columns come from the payload (the rest are INCLUDEd metadata).
     pub payload_columns: usize,
+    /// The columns whose values pick a row's partition in a cluster.
+    pub partition_by: Vec<usize>,
 }
 
 impl SourceOptions {
@@ -151,10 +155,12 @@ impl SourceOptions {
                 "scan.startup.timestamp_millis",
                 "on_error",
                 "dead_letter.topic",
+                "partition_by",
             ],
             PASSED_ON,
         )?;
         let client = Client::parse(connector)?;
+        let partition_by = partition_by(connector, table)?;
         let startup = startup(connector)?;
         let on_error = on_error(connector)?;
         let encode = match &connector.encode {
@@ -176,8 +182,60 @@ impl SourceOptions {
             encode,
             csv,
             payload_columns: table.columns.len() - connector.include.len(),
+            partition_by,
         })
     }
+}
+
+/// The columns named by `partition_by`, in its order: payload columns
+/// of an append-only source, each once.
+fn partition_by(connector: &ConnectorDef, table: &TableDef) -> Result<Vec<usize>> {
+    let Some(list) = connector.option("partition_by") else {
+        return Ok(Vec::new());
+    };
+    if connector.is_upsert() || table.is_keyed() {
+        return Err(Error::NotSupported(
+            "partition_by splits append-only sources; an upsert table keeps each key's last \
+             row on every node"
+                .into(),
+        ));
+    }
+    let payload = table.columns.len() - connector.include.len();
+    let mut columns = Vec::new();
+    for name in list.split(',').map(|n| n.trim().to_lowercase()) {
+        let found = table.columns[..payload]
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| {
+                Error::InvalidParameter(format!(
+                    "partition_by names \"{name}\", which is not a column of the message's \
+                     value; name one or more of its columns, separated by commas"
+                ))
+            })?;
+        if columns.contains(&found) {
+            return Err(Error::InvalidParameter(format!(
+                "partition_by names \"{name}\" twice"
+            )));
+        }
+        columns.push(found);
+    }
+    Ok(columns)
+}
+
+/// The names of the columns a source is split by over a cluster's nodes
+/// (`partition_by`); empty for a source every node reads whole.
+pub fn split_by(table: &TableDef) -> Vec<String> {
+    let Some(connector) = table.connector.as_ref() else {
+        return Vec::new();
+    };
+    if connector.connector != crate::catalog::ConnectorKind::Kafka {
+        return Vec::new();
+    }
+    partition_by(connector, table)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|i| table.columns[i].name.clone())
+        .collect()
 }
 
 fn startup(connector: &ConnectorDef) -> Result<Startup> {

@@ -68,12 +68,12 @@ pub async fn source(
 }
 
 /// How often a source asks the broker where its partitions end.
-const LAG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+pub(super) const LAG_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Keep each partition's read position beside its end, for the lag the
 /// metrics and the dashboard show. A broker that does not answer leaves
 /// the last figures.
-async fn record_lag(
+pub(super) async fn record_lag(
     consumer: &Arc<StreamConsumer>,
     topic: String,
     positions: &BTreeMap<i32, i64>,
@@ -149,7 +149,7 @@ async fn start_positions(
 const ROUND_WAIT: Duration = Duration::from_millis(10);
 
 /// The next messages: waits for one, then gathers more for a short while.
-async fn next_messages(
+pub(super) async fn next_messages(
     consumer: &StreamConsumer,
 ) -> std::result::Result<Vec<OwnedMessage>, Failure> {
     let first = consumer.recv().await?.detach();
@@ -169,7 +169,7 @@ async fn next_messages(
 }
 
 /// Turns messages into writes to the table.
-struct Reader {
+pub(super) struct Reader {
     node: Node,
     table: Arc<Table>,
     options: SourceOptions,
@@ -179,15 +179,21 @@ struct Reader {
     dead_letters: Option<FutureProducer>,
     errors: Arc<Table>,
     marks: Marks,
+    /// Reading a cluster's rows topic: where each source partition's rows
+    /// were read up to, per rows partition, to drop what a feed sent twice.
+    origins: Option<HashMap<(i32, i32), i64>>,
 }
 
 /// Event time per partition. The source's watermark is the slowest active
 /// partition's: partitions are read at different speeds, and one that runs
 /// ahead must not make the others' rows late. A partition silent for the
-/// idle timeout stops holding the watermark back.
+/// idle timeout stops holding the watermark back; the idle clock starts
+/// with the first rows, so that a source waiting for data does not count
+/// its partitions idle before any of them had a chance to speak.
 #[derive(Debug)]
 struct Marks {
     by_partition: HashMap<i32, (Option<i64>, Instant)>,
+    started: bool,
 }
 
 impl Marks {
@@ -196,10 +202,18 @@ impl Marks {
         let now = Instant::now();
         Marks {
             by_partition: partitions.iter().map(|p| (*p, (None, now))).collect(),
+            started: false,
         }
     }
 
     fn observe(&mut self, partition: i32, mark: Option<i64>) {
+        if !self.started {
+            self.started = true;
+            let now = Instant::now();
+            for entry in self.by_partition.values_mut() {
+                entry.1 = now;
+            }
+        }
         let entry = self
             .by_partition
             .entry(partition)
@@ -241,7 +255,7 @@ struct Read {
 }
 
 impl Reader {
-    fn new(
+    pub(super) fn new(
         node: &Node,
         table: &Arc<Table>,
         options: SourceOptions,
@@ -294,49 +308,122 @@ impl Reader {
             dead_letters,
             errors,
             marks: Marks::new(partitions),
+            origins: None,
         })
     }
 
+    /// A reader of a cluster's rows topic, whose messages carry the place
+    /// in the source they were read from.
+    /// Event time is kept per source partition (`sources`), as a
+    /// source that reads the topic itself keeps it.
+    pub(super) fn of_rows(mut self, sources: &[i32]) -> Reader {
+        self.origins = Some(HashMap::new());
+        self.marks = Marks::new(sources);
+        self
+    }
+
+    /// The producer id under which a partition's read position commits.
+    pub(super) fn position_id(&self, partition: i32) -> String {
+        let table = self.table.def.id;
+        match self.origins {
+            Some(_) => super::shuffle::position_id(table, partition),
+            None => position_id(table, partition),
+        }
+    }
+
+    /// Drops the messages already written, by their place in the source:
+    /// a feed that restarts sends again what it sent after its last
+    /// commit. The positions that record what is kept go with the write.
+    fn drop_repeats(
+        &mut self,
+        messages: Vec<OwnedMessage>,
+        producers: &mut Vec<(String, u64)>,
+    ) -> std::result::Result<Vec<OwnedMessage>, Failure> {
+        let Some(origins) = self.origins.as_mut() else {
+            return Ok(messages);
+        };
+        let db = self.node.store.db();
+        let table = self.table.def.id;
+        let mut moved = BTreeMap::new();
+        let mut kept = Vec::with_capacity(messages.len());
+        for message in messages {
+            let Some((from, offset)) = super::shuffle::origin(&message) else {
+                kept.push(message);
+                continue;
+            };
+            let place = (message.partition(), from);
+            let next = match origins.get(&place) {
+                Some(next) => *next,
+                None => {
+                    let id = super::shuffle::origin_id(table, place.0, place.1);
+                    writer::producer_seq(db, &id)?.map_or(0, |n| n as i64)
+                }
+            };
+            origins.insert(place, next.max(offset + 1));
+            if offset >= next {
+                moved.insert(place, offset + 1);
+                kept.push(message);
+            }
+        }
+        for ((partition, from), next) in moved {
+            producers.push((
+                super::shuffle::origin_id(table, partition, from),
+                next as u64,
+            ));
+        }
+        Ok(kept)
+    }
+
     /// Write the messages, each partition's as one write with its position;
-    /// the position written for each partition.
-    async fn ingest(
+    /// the position reached in each partition.
+    pub(super) async fn ingest(
         &mut self,
         messages: Vec<OwnedMessage>,
         progress: &Progress,
     ) -> std::result::Result<Vec<(i32, i64)>, Failure> {
-        let mut by_partition: BTreeMap<i32, Vec<OwnedMessage>> = BTreeMap::new();
+        let mut reached = BTreeMap::new();
+        for message in &messages {
+            reached.insert(message.partition(), message.offset() + 1);
+        }
+        let mut producers = Vec::new();
+        let messages = self.drop_repeats(messages, &mut producers)?;
+        // Event time advances per source partition: a rows partition
+        // brings several, each in its own order.
+        let mut by_partition: BTreeMap<(i32, i32), Vec<OwnedMessage>> = BTreeMap::new();
         for message in messages {
+            let clock = self.place(&message).0;
             by_partition
-                .entry(message.partition())
+                .entry((message.partition(), clock))
                 .or_default()
                 .push(message);
         }
         let mut reads = Vec::with_capacity(by_partition.len());
-        for (partition, messages) in by_partition {
-            reads.push(self.read(partition, &messages).await?);
+        for ((partition, clock), messages) in by_partition {
+            reads.push((clock, self.read(partition, &messages).await?));
         }
         let bad: Vec<BadMessage> = reads
             .iter_mut()
-            .flat_map(|r| std::mem::take(&mut r.bad))
+            .flat_map(|(_, r)| std::mem::take(&mut r.bad))
             .collect();
         Progress::count(&progress.errors, bad.len() as u64);
         // Kept before the rows commit: after a crash a bad message may be listed twice, never lost.
         let now = self.node.clock.now().timestamp_micros();
         errors::record(&self.node.writer, &self.errors, &bad, now).await?;
-        let fatal = reads.iter().find_map(|r| r.fatal.clone());
+        let fatal = reads.iter().find_map(|(_, r)| r.fatal.clone());
         // One write for the whole round, as SPEC's "a batch read from a
         // source": its rows are judged against the watermark from before it.
-        let mut producers = Vec::with_capacity(reads.len());
         let mut rows = Vec::new();
-        let positions: Vec<(i32, i64)> = reads.iter().map(|r| (r.partition, r.next)).collect();
-        for read in reads {
-            self.marks.observe(read.partition, read.mark);
-            producers.push((
-                position_id(self.table.def.id, read.partition),
-                read.next as u64,
-            ));
+        let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        for (clock, read) in reads {
+            self.marks.observe(clock, read.mark);
+            let at = next.entry(read.partition).or_insert(read.next);
+            *at = (*at).max(read.next);
             rows.extend(read.rows);
         }
+        for (partition, next) in &next {
+            producers.push((self.position_id(*partition), *next as u64));
+        }
+        let positions: Vec<(i32, i64)> = next.into_iter().collect();
         let watermark = self.marks.watermark(self.node.idle_timeout);
         let op = self.write_op(rows);
         let written = self
@@ -347,6 +434,8 @@ impl Reader {
         Progress::count(&progress.messages, written);
         match fatal {
             Some(why) => Err(Failure::Fatal(why)),
+            // Repeats dropped whole still move the partition on.
+            None if self.origins.is_some() => Ok(reached.into_iter().collect()),
             None => Ok(positions),
         }
     }
@@ -375,10 +464,10 @@ impl Reader {
             bad.push(self.bad_message(message, why));
             match &self.options.on_error {
                 OnError::Fail => {
+                    let (partition, offset) = self.place(message);
                     fatal = Some(format!(
-                        "topic \"{}\" partition {partition} offset {}: {why}",
+                        "topic \"{}\" partition {partition} offset {offset}: {why}",
                         self.options.client.topic,
-                        message.offset()
                     ));
                     take = *index;
                     break;
@@ -411,12 +500,21 @@ impl Reader {
         })
     }
 
+    /// Where a message was in the source's topic.
+    fn place(&self, message: &OwnedMessage) -> (i32, i64) {
+        self.origins
+            .as_ref()
+            .and_then(|_| super::shuffle::origin(message))
+            .unwrap_or((message.partition(), message.offset()))
+    }
+
     fn bad_message(&self, message: &OwnedMessage, why: &str) -> BadMessage {
+        let (partition, offset) = self.place(message);
         BadMessage {
             source: self.table.def.name.clone(),
             topic: self.options.client.topic.clone(),
-            partition: message.partition(),
-            offset: message.offset(),
+            partition,
+            offset,
             error: why.to_string(),
             payload: message
                 .payload()
@@ -619,7 +717,7 @@ impl Reader {
         let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
         let picked: Vec<&OwnedMessage> = rows.iter().map(|r| &messages[valued[*r]]).collect();
         for item in &include {
-            columns.push(metadata_column(item.what, &picked));
+            columns.push(metadata_column(item.what, &picked, self.origins.is_some()));
         }
         RecordBatch::try_new(self.table.nullable_schema.clone(), columns)
             .map_err(|e| Failure::Fatal(format!("source rows do not fit the table: {e}")))
@@ -661,14 +759,20 @@ fn key_only_rows(table: &Table, key: &RecordBatch) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-fn metadata_column(what: Metadata, messages: &[&OwnedMessage]) -> ArrayRef {
+/// A message's metadata; read through a cluster's rows topic (`relayed`),
+/// its partition and offset are those it had in the source.
+fn metadata_column(what: Metadata, messages: &[&OwnedMessage], relayed: bool) -> ArrayRef {
+    let place = |m: &OwnedMessage| match relayed {
+        true => super::shuffle::origin(m).unwrap_or((m.partition(), m.offset())),
+        false => (m.partition(), m.offset()),
+    };
     match what {
         Metadata::Key => Arc::new(BinaryArray::from_iter(messages.iter().map(|m| m.key()))),
         Metadata::Partition => Arc::new(Int32Array::from_iter_values(
-            messages.iter().map(|m| m.partition()),
+            messages.iter().map(|m| place(m).0),
         )),
         Metadata::Offset => Arc::new(Int64Array::from_iter_values(
-            messages.iter().map(|m| m.offset()),
+            messages.iter().map(|m| place(m).1),
         )),
         Metadata::Timestamp => Arc::new(TimestampMicrosecondArray::from_iter(
             messages

@@ -140,6 +140,13 @@ impl Writer {
     }
 
     /// A new, empty stage for a bulk load into this store.
+    /// Forgets what the writer remembers of a table whose log and rows
+    /// were deleted while nothing wrote to it: the next write starts them
+    /// again from offset 0, with no watermark.
+    pub fn forget_table(&self, table: u64, topic: u64) {
+        self.shared.forget_table(table, topic);
+    }
+
     pub fn stage(&self) -> Result<Stage> {
         Stage::create(self.shared.db()?.path())
     }

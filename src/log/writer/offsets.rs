@@ -53,6 +53,13 @@ impl Offsets {
         Ok(next)
     }
 
+    /// Forgets `topic`'s log and `table`'s rows, whose records were deleted.
+    pub(super) fn forget_table(&mut self, table: u64, topic: u64) {
+        self.next.retain(|(t, _), _| *t != topic);
+        self.watermarks.remove(&topic);
+        self.ends.remove(&table);
+    }
+
     pub(super) fn forget(&mut self) {
         self.next.clear();
         self.watermarks.clear();

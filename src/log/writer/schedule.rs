@@ -202,6 +202,14 @@ impl Shared {
     }
 }
 
+impl Shared {
+    /// Forgets what the commits remember of a table whose stored data
+    /// was deleted: its next offsets, watermark and row bound.
+    pub(super) fn forget_table(&self, table: u64, topic: u64) {
+        self.committer.lock().offsets.forget_table(table, topic);
+    }
+}
+
 impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared").finish_non_exhaustive()

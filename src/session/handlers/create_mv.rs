@@ -45,11 +45,15 @@ pub async fn create(
         }
         let emit = emit_policy(engine, &create.emit).await?;
         let shape = Planner::shape(&engine.catalog, &plan, emit)?;
-        crate::session::partitioned::refuse_follower(
-            engine,
-            &shape.depends_on,
-            "a materialized view",
-        )?;
+        // A partitioned view is what reads a split source.
+        let split = crate::session::partitioned::split_sources(engine, &shape.depends_on);
+        let followed: Vec<u64> = shape
+            .depends_on
+            .iter()
+            .copied()
+            .filter(|id| !partitioned || !split.iter().any(|(t, _)| t.def.id == *id))
+            .collect();
+        crate::session::partitioned::refuse_follower(engine, &followed, "a materialized view")?;
         if partitioned {
             let keyed = shape.key.is_some();
             crate::session::partitioned::check(engine, &plan, keyed, &shape.depends_on)?;
@@ -360,7 +364,8 @@ fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Datafl
     let restricted;
     let plan = match crate::session::partitioned::owned_for_build(engine, view)? {
         Some(owned) => {
-            restricted = crate::sql::partition::restrict(plan, &owned)?;
+            let by = crate::session::partitioned::split_columns(engine, view);
+            restricted = crate::sql::partition::restrict(plan, &owned, &by)?;
             &restricted
         }
         None => plan,

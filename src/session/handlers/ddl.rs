@@ -87,7 +87,9 @@ pub async fn create_table(
     if let Object::Table(table) = object
         && table.def.connector.is_some()
     {
-        engine.connectors.start_source(&engine.node, table);
+        engine
+            .connectors
+            .start_source(&engine.node, table, engine.config.cluster.is_some());
     }
     Ok(Output::command(tag))
 }
