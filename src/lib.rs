@@ -102,7 +102,7 @@ mod layout {
         ),
         (
             "connector",
-            &["dataflow", "catalog", "log", "state", "error"],
+            &["dataflow", "catalog", "cluster", "log", "state", "error"],
         ),
         ("dataflow", &["catalog", "log", "state", "config", "error"]),
         ("catalog", &["log", "state", "error"]),

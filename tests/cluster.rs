@@ -435,6 +435,46 @@ async fn wait_for_partitioned(clients: &[&tokio_postgres::Client], n: i64) {
     }
 }
 
+/// A read of one key of `totals` after events 0..n, on each client.
+async fn point_reads(clients: &[&tokio_postgres::Client], n: i64) {
+    let (totals, _) = partitioned_recount(n);
+    for client in clients {
+        for k in [0, 7, 13, 39] {
+            let sql = format!("SELECT * FROM totals WHERE k = {k}");
+            assert_eq!(
+                rows(client, &sql).await,
+                [totals[k as usize].clone()],
+                "{sql}"
+            );
+        }
+    }
+}
+
+/// Events 0..300 are in: `n3` dies mid-stream, the other two take its
+/// partitions over and agree with the recount; restarted, it agrees too.
+async fn kill_and_restart(
+    n3: &mut TestServer,
+    others: [&tokio_postgres::Client; 2],
+    bootstrap: &str,
+    topic: &str,
+) {
+    n3.kill();
+    produce(bootstrap, topic, 300..450, KEYS).await;
+    wait_until(others[0], "SHOW CLUSTER", "n3 gone", |r| {
+        split_among(r, &["n1", "n2"])
+    })
+    .await;
+    wait_for_partitioned(&others, 450).await;
+    n3.restart();
+    let c3 = n3.connect().await;
+    produce(bootstrap, topic, 450..600, KEYS).await;
+    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
+        split_among(r, &["n1", "n2", "n3"])
+    })
+    .await;
+    wait_for_partitioned(&[others[0], others[1], &c3], 600).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill() {
     let bootstrap = kafka::bootstrap();
@@ -474,13 +514,7 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
         );
     }
     // A read of one key goes to the key's owner alone.
-    let (totals, _) = partitioned_recount(300);
-    for client in [&c1, &c2, &c3] {
-        for k in [0, 7, 13, 39] {
-            let sql = format!("SELECT * FROM totals WHERE k = {k}");
-            assert_eq!(rows(client, &sql).await, [totals[k].clone()], "{sql}");
-        }
-    }
+    point_reads(&[&c1, &c2, &c3], 300).await;
     assert_eq!(
         sqlstate(&c1, "SUBSCRIBE totals").await,
         "0A000",
@@ -489,22 +523,7 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
 
     // A node dies mid-stream: the others take its partitions over and
     // build them from their own logs.
-    n3.kill();
-    produce(&bootstrap, &topic, 300..450, KEYS).await;
-    wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
-        split_among(r, &["n1", "n2"])
-    })
-    .await;
-    wait_for_partitioned(&[&c1, &c2], 450).await;
-
-    n3.restart();
-    let c3 = n3.connect().await;
-    produce(&bootstrap, &topic, 450..600, KEYS).await;
-    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
-        split_among(r, &["n1", "n2", "n3"])
-    })
-    .await;
-    wait_for_partitioned(&[&c1, &c2, &c3], 600).await;
+    kill_and_restart(&mut n3, [&c1, &c2], &bootstrap, &topic).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -630,28 +649,7 @@ async fn a_split_source_spreads_its_reading_over_the_nodes_and_survives_a_kill()
         logged.iter().all(|n| *n > 0 && *n < 300) && logged.iter().sum::<u64>() == 300,
         "events logged by each node: {logged:?}"
     );
-    let (totals, _) = partitioned_recount(300);
-    for client in [&c1, &c2, &c3] {
-        for k in [0, 7, 13, 39] {
-            let sql = format!("SELECT * FROM totals WHERE k = {k}");
-            assert_eq!(rows(client, &sql).await, [totals[k].clone()], "{sql}");
-        }
-    }
+    point_reads(&[&c1, &c2, &c3], 300).await;
 
-    n3.kill();
-    produce(&bootstrap, &topic, 300..450, KEYS).await;
-    wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
-        split_among(r, &["n1", "n2"])
-    })
-    .await;
-    wait_for_partitioned(&[&c1, &c2], 450).await;
-
-    n3.restart();
-    let c3 = n3.connect().await;
-    produce(&bootstrap, &topic, 450..600, KEYS).await;
-    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
-        split_among(r, &["n1", "n2", "n3"])
-    })
-    .await;
-    wait_for_partitioned(&[&c1, &c2, &c3], 600).await;
+    kill_and_restart(&mut n3, [&c1, &c2], &bootstrap, &topic).await;
 }

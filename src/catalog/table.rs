@@ -229,6 +229,22 @@ pub struct WatermarkDef {
 }
 
 impl TableDef {
+    /// The columns a Kafka source is split by over a cluster's nodes
+    /// (`partition_by`, checked at CREATE); empty for a table or source
+    /// every node reads whole.
+    pub fn split_by(&self) -> Vec<String> {
+        let Some(connector) = self.connector.as_ref() else {
+            return Vec::new();
+        };
+        if connector.connector != super::ConnectorKind::Kafka {
+            return Vec::new();
+        }
+        connector
+            .option("partition_by")
+            .map(|list| list.split(',').map(|n| n.trim().to_lowercase()).collect())
+            .unwrap_or_default()
+    }
+
     /// An append-only table with one partition and nothing else set: the
     /// system tables weir keeps, and tests.
     pub fn append_only(

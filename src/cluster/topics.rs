@@ -34,9 +34,6 @@ impl Topics {
 /// work topic shows its partitions: the first node's number, which later
 /// nodes keep whatever they were told. Returns that number.
 pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32> {
-    let admin: AdminClient<DefaultClientContext> = client_config(kafka)
-        .create()
-        .map_err(|e| kafka_error("cannot make a Kafka client", e))?;
     let compacted =
         |name| NewTopic::new(name, 1, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
     let work = NewTopic::new(
@@ -45,19 +42,7 @@ pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32
         TopicReplication::Fixed(1),
     );
     let wanted = [compacted(&topics.nodes), compacted(&topics.catalog), work];
-    let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
-    let results = admin
-        .create_topics(&wanted, &options)
-        .await
-        .map_err(|e| kafka_error("cannot reach the cluster's Kafka", e))?;
-    for result in results {
-        match result {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((topic, code)) => {
-                return Err(kafka_error(&format!("cannot create topic {topic}"), code));
-            }
-        }
-    }
+    create(kafka, &wanted).await?;
     let found = partition_count(kafka, &topics.partitions).await?;
     if found != partitions {
         tracing::info!(
@@ -73,15 +58,21 @@ pub async fn ensure(kafka: &str, topics: &Topics, partitions: u32) -> Result<u32
 /// per cluster partition, kept for ever, since a node that gains a
 /// partition reads it from where its own log ends.
 pub async fn ensure_rows_topic(kafka: &str, topic: &str, partitions: u32) -> Result<()> {
-    let admin: AdminClient<DefaultClientContext> = client_config(kafka)
-        .create()
-        .map_err(|e| kafka_error("cannot make a Kafka client", e))?;
     let rows = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1))
         .set("retention.ms", "-1")
         .set("retention.bytes", "-1");
+    create(kafka, &[rows]).await?;
+    partition_count(kafka, topic).await.map(|_| ())
+}
+
+/// Creates the topics of `wanted` that do not exist yet.
+async fn create(kafka: &str, wanted: &[NewTopic<'_>]) -> Result<()> {
+    let admin: AdminClient<DefaultClientContext> = client_config(kafka)
+        .create()
+        .map_err(|e| kafka_error("cannot make a Kafka client", e))?;
     let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
     let results = admin
-        .create_topics([&rows], &options)
+        .create_topics(wanted, &options)
         .await
         .map_err(|e| kafka_error("cannot reach the cluster's Kafka", e))?;
     for result in results {
@@ -92,7 +83,7 @@ pub async fn ensure_rows_topic(kafka: &str, topic: &str, partitions: u32) -> Res
             }
         }
     }
-    partition_count(kafka, topic).await.map(|_| ())
+    Ok(())
 }
 
 /// A topic's partitions, once its metadata shows them.

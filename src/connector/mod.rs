@@ -177,7 +177,7 @@ impl Connectors {
         let id = table.def.id;
         let runtime = node.background.clone();
         let span = tracing::info_span!("source", source = %table.def.name);
-        let split = clustered && !kafka::split_by(&table.def).is_empty();
+        let split = clustered && !table.def.split_by().is_empty();
         self.spawn(&runtime, id, span, move |handle| async move {
             match &connector.connector {
                 ConnectorKind::Kafka if split => {

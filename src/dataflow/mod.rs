@@ -11,6 +11,7 @@ pub mod late;
 pub mod node;
 pub mod operator;
 pub mod operators;
+pub mod partition;
 pub mod profile;
 pub mod runtime;
 pub mod state;

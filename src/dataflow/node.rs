@@ -27,7 +27,7 @@ pub struct Node {
     pub background: tokio::runtime::Handle,
     /// What this node shares with its cluster, once it joined one; stays
     /// `None` outside a cluster.
-    pub share: tokio::sync::watch::Receiver<Option<Arc<crate::connector::kafka::Share>>>,
+    pub share: tokio::sync::watch::Receiver<Option<Arc<Share>>>,
 }
 
 /// Run blocking work from a task: on a multi-threaded runtime the worker
@@ -37,5 +37,50 @@ pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         _ => work(),
+    }
+}
+
+/// What a node of a cluster shares with split sources.
+#[derive(Debug)]
+pub struct Share {
+    pub cluster: String,
+    /// The cluster's Kafka, which holds the rows topics.
+    pub kafka: String,
+    /// The cluster's partitions.
+    pub count: u32,
+    pub owned: tokio::sync::watch::Receiver<Vec<i32>>,
+    /// Per split source, the partitions whose rows its log holds up to
+    /// where their rows topic ended when this node began reading them.
+    ready: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u32>>>,
+}
+
+impl Share {
+    pub fn new(
+        cluster: &str,
+        kafka: &str,
+        count: u32,
+        owned: tokio::sync::watch::Receiver<Vec<i32>>,
+    ) -> Share {
+        Share {
+            cluster: cluster.to_string(),
+            kafka: kafka.to_string(),
+            count,
+            owned,
+            ready: Default::default(),
+        }
+    }
+
+    /// Whether `table`'s log holds its rows of exactly `partitions`, read
+    /// up to where they ended when the reader took them.
+    pub fn ready_for(&self, table: u64, partitions: &[u32]) -> bool {
+        self.ready.lock().get(&table).map(Vec::as_slice) == Some(partitions)
+    }
+
+    pub fn set_ready(&self, table: u64, partitions: Option<&[u32]>) {
+        let mut ready = self.ready.lock();
+        match partitions {
+            Some(p) => ready.insert(table, p.to_vec()),
+            None => ready.remove(&table),
+        };
     }
 }

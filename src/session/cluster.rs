@@ -132,7 +132,7 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
         .set(Arc::new(super::partitioned::ClusterPeers::new(engine)));
     engine
         .share
-        .send_replace(Some(Arc::new(crate::connector::kafka::Share::new(
+        .send_replace(Some(Arc::new(crate::dataflow::node::Share::new(
             &settings.name,
             &settings.kafka,
             replication.cluster.partitions,

@@ -48,7 +48,7 @@ pub struct Engine {
     /// Where reads of partitioned views find the other nodes' partitions.
     pub(super) peers: crate::sql::provider::PeersSlot,
     /// Where split sources learn this node's share of the cluster.
-    pub(super) share: tokio::sync::watch::Sender<Option<Arc<crate::connector::kafka::Share>>>,
+    pub(super) share: tokio::sync::watch::Sender<Option<Arc<crate::dataflow::node::Share>>>,
     /// Held while partitioned views are created or rebuilt for other
     /// partitions, so that the two do not meet halfway.
     pub(super) partitioning: tokio::sync::Mutex<()>,

@@ -111,7 +111,7 @@ pub fn split_sources(engine: &Engine, ids: &[u64]) -> Vec<(Arc<Table>, Vec<Strin
             let Object::Table(table) = engine.catalog.by_id(*id)? else {
                 return None;
             };
-            let by = crate::connector::kafka::split_by(&table.def);
+            let by = table.def.split_by();
             (!by.is_empty()).then_some((table, by))
         })
         .collect()

@@ -156,7 +156,7 @@ impl SchemaProvider for WeirSchema {
         }
         Ok(self.catalog.relation(name).map(|table| {
             let indexes = IndexRead::all_of(&self.catalog, &table);
-            let by = crate::connector::kafka::split_by(&table.def);
+            let by = table.def.split_by();
             let partitioned = matches!(
                 self.catalog.by_id(table.def.id),
                 Some(crate::catalog::Object::MaterializedView(v)) if v.def.partitioned

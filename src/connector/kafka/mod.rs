@@ -29,7 +29,7 @@ mod shuffle;
 mod sink;
 mod source;
 
-pub use shuffle::{Share, positions_prefix, split_source};
+pub use shuffle::{positions_prefix, split_source};
 pub use sink::{open as open_sink_stream, sink};
 pub use source::source;
 
@@ -220,22 +220,6 @@ fn partition_by(connector: &ConnectorDef, table: &TableDef) -> Result<Vec<usize>
         columns.push(found);
     }
     Ok(columns)
-}
-
-/// The names of the columns a source is split by over a cluster's nodes
-/// (`partition_by`); empty for a source every node reads whole.
-pub fn split_by(table: &TableDef) -> Vec<String> {
-    let Some(connector) = table.connector.as_ref() else {
-        return Vec::new();
-    };
-    if connector.connector != crate::catalog::ConnectorKind::Kafka {
-        return Vec::new();
-    }
-    partition_by(connector, table)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|i| table.columns[i].name.clone())
-        .collect()
 }
 
 fn startup(connector: &ConnectorDef) -> Result<Startup> {

@@ -28,14 +28,15 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
-use super::source::{LAG_INTERVAL, Reader, next_messages, record_lag};
+use super::source::{LAG_INTERVAL, Reader, next_messages, options_of, record_lag};
 use super::{REQUEST_TIMEOUT, SourceOptions, Startup, partitions};
 use crate::catalog::Table;
 use crate::connector::format::{Decoder, Encode};
 use crate::connector::{Failure, Handle, Status};
 use crate::dataflow::node::Node;
+use crate::dataflow::node::Share;
+use crate::dataflow::partition::Owned;
 use crate::log::writer;
-use crate::sql::partition::Owned;
 use crate::state::{CF_STATE, cf, keys};
 
 /// The header naming a relayed message's source partition and offset.
@@ -44,46 +45,6 @@ const FROM: &str = "weir.from";
 /// How long an assignment must hold before the feed and the reader move:
 /// a rebalance revokes and assigns in quick steps.
 const SETTLE: Duration = Duration::from_millis(500);
-
-/// What a node of a cluster shares with split sources.
-#[derive(Debug)]
-pub struct Share {
-    pub cluster: String,
-    /// The cluster's Kafka, which holds the rows topics.
-    pub kafka: String,
-    /// The cluster's partitions.
-    pub count: u32,
-    pub owned: watch::Receiver<Vec<i32>>,
-    /// Per split source, the partitions whose rows its log holds up to
-    /// where their rows topic ended when this node began reading them.
-    ready: parking_lot::Mutex<HashMap<u64, Vec<u32>>>,
-}
-
-impl Share {
-    pub fn new(cluster: &str, kafka: &str, count: u32, owned: watch::Receiver<Vec<i32>>) -> Share {
-        Share {
-            cluster: cluster.to_string(),
-            kafka: kafka.to_string(),
-            count,
-            owned,
-            ready: Default::default(),
-        }
-    }
-
-    /// Whether `table`'s log holds its rows of exactly `partitions`, read
-    /// up to where they ended when the reader took them.
-    pub fn ready_for(&self, table: u64, partitions: &[u32]) -> bool {
-        self.ready.lock().get(&table).map(Vec::as_slice) == Some(partitions)
-    }
-
-    fn set_ready(&self, table: u64, partitions: Option<&[u32]>) {
-        let mut ready = self.ready.lock();
-        match partitions {
-            Some(p) => ready.insert(table, p.to_vec()),
-            None => ready.remove(&table),
-        };
-    }
-}
 
 /// The rows topic of split source `table`.
 pub fn rows_topic(cluster: &str, table: u64) -> String {
@@ -128,13 +89,7 @@ pub async fn split_source(
     handle: Handle,
 ) -> std::result::Result<(), Failure> {
     let share = joined(node).await;
-    let connector = table
-        .def
-        .connector
-        .as_ref()
-        .ok_or_else(|| Failure::Fatal("the table has no connector".into()))?;
-    let options =
-        SourceOptions::parse(connector, &table.def).map_err(|e| Failure::Fatal(e.to_string()))?;
+    let options = options_of(table)?;
     let topic = rows_topic(&share.cluster, table.def.id);
     crate::cluster::ensure_rows_topic(&share.kafka, &topic, share.count)
         .await
@@ -480,7 +435,7 @@ impl Router {
             .iter()
             .map(|c| decoded.batch.column(*c).clone())
             .collect();
-        let partitions = crate::sql::partition::partitions_of(&columns, self.count)?;
+        let partitions = crate::dataflow::partition::partitions_of(&columns, self.count)?;
         for (row, at) in decoded.rows.iter().enumerate() {
             targets[valued[*at]] = partitions[row] as i32;
         }

@@ -34,13 +34,7 @@ pub async fn source(
     table: &Arc<Table>,
     handle: Handle,
 ) -> std::result::Result<(), Failure> {
-    let connector = table
-        .def
-        .connector
-        .as_ref()
-        .ok_or_else(|| Failure::Fatal("the table has no connector".into()))?;
-    let options =
-        SourceOptions::parse(connector, &table.def).map_err(|e| Failure::Fatal(e.to_string()))?;
+    let options = options_of(table)?;
     let consumer: StreamConsumer = options
         .client
         .config()
@@ -65,6 +59,16 @@ pub async fn source(
             record_lag(&consumer, topic, &positions, &handle.progress).await;
         }
     }
+}
+
+/// The source options of `table`, as CREATE checked them.
+pub(super) fn options_of(table: &Table) -> std::result::Result<SourceOptions, Failure> {
+    let connector = table
+        .def
+        .connector
+        .as_ref()
+        .ok_or_else(|| Failure::Fatal("the table has no connector".into()))?;
+    SourceOptions::parse(connector, &table.def).map_err(|e| Failure::Fatal(e.to_string()))
 }
 
 /// How often a source asks the broker where its partitions end.
