@@ -42,6 +42,10 @@ use crate::state::{CF_STATE, cf, keys};
 /// The header naming a relayed message's source partition and offset.
 const FROM: &str = "weir.from";
 
+/// How often a reader with nothing to read checks whether idle partitions
+/// let the watermark rise.
+const TICK: Duration = Duration::from_secs(1);
+
 /// How long an assignment must hold before the feed and the reader move:
 /// a rebalance revokes and assigns in quick steps.
 const SETTLE: Duration = Duration::from_millis(500);
@@ -284,8 +288,8 @@ impl Relay<'_> {
         let source: Arc<rdkafka::consumer::BaseConsumer> =
             Arc::new(self.options.client.config().create()?);
         let sources = partitions(&source, &self.options.client.topic).await?;
-        let mut reader =
-            Reader::new(self.node, self.table, self.options.clone(), &mine)?.of_rows(&sources);
+        let mut reader = Reader::new(self.node, self.table, self.options.clone(), &mine)?
+            .of_rows(&mine, &sources);
         let mut list = TopicPartitionList::new();
         let mut reached = HashMap::new();
         let db = self.node.store.db();
@@ -303,8 +307,11 @@ impl Relay<'_> {
             if ends.iter().all(|(q, end)| reached[q] >= *end) {
                 self.share.set_ready(table, Some(self.owned));
             }
-            let messages = next_messages(&consumer).await?;
-            reached.extend(reader.ingest(messages, &handle.progress).await?);
+            let Ok(messages) = tokio::time::timeout(TICK, next_messages(&consumer)).await else {
+                reader.tick().await?;
+                continue;
+            };
+            reached.extend(reader.ingest(messages?, &handle.progress).await?);
             if asked.is_none_or(|at: std::time::Instant| at.elapsed() >= LAG_INTERVAL) {
                 asked = Some(std::time::Instant::now());
                 let positions = reached.iter().map(|(q, n)| (*q, *n)).collect();

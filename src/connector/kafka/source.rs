@@ -186,33 +186,38 @@ pub(super) struct Reader {
     /// Reading a cluster's rows topic: where each source partition's rows
     /// were read up to, per rows partition, to drop what a feed sent twice.
     origins: Option<HashMap<(i32, i32), i64>>,
+    /// The highest watermark written.
+    written_mark: Option<i64>,
 }
 
 /// Event time per partition. The source's watermark is the slowest active
 /// partition's: partitions are read at different speeds, and one that runs
 /// ahead must not make the others' rows late. A partition silent for the
-/// idle timeout stops holding the watermark back; the idle clock starts
-/// with the first rows, so that a source waiting for data does not count
-/// its partitions idle before any of them had a chance to speak.
+/// idle timeout stops holding the watermark back. A partition is the
+/// topic's partition and, read through a rows topic, the source partition
+/// its rows came from: each pair keeps its own order, no wider set does.
 #[derive(Debug)]
 struct Marks {
-    by_partition: HashMap<i32, (Option<i64>, Instant)>,
-    started: bool,
+    by_partition: HashMap<(i32, i32), (Option<i64>, Instant)>,
+    /// Whether the idle clock starts again with the first rows: a rows
+    /// topic brings each source partition from the node that reads it, and
+    /// the nodes start sending at different times.
+    wait_for_first: bool,
 }
 
 impl Marks {
     /// Every partition counts from the start, read or not yet.
-    fn new(partitions: &[i32]) -> Marks {
+    fn new(partitions: &[(i32, i32)], wait_for_first: bool) -> Marks {
         let now = Instant::now();
         Marks {
             by_partition: partitions.iter().map(|p| (*p, (None, now))).collect(),
-            started: false,
+            wait_for_first,
         }
     }
 
-    fn observe(&mut self, partition: i32, mark: Option<i64>) {
-        if !self.started {
-            self.started = true;
+    fn observe(&mut self, partition: (i32, i32), mark: Option<i64>) {
+        if self.wait_for_first {
+            self.wait_for_first = false;
             let now = Instant::now();
             for entry in self.by_partition.values_mut() {
                 entry.1 = now;
@@ -311,19 +316,43 @@ impl Reader {
             keys,
             dead_letters,
             errors,
-            marks: Marks::new(partitions),
+            marks: Marks::new(
+                &partitions.iter().map(|p| (*p, -1)).collect::<Vec<_>>(),
+                false,
+            ),
             origins: None,
+            written_mark: None,
         })
     }
 
-    /// A reader of a cluster's rows topic, whose messages carry the place
-    /// in the source they were read from.
-    /// Event time is kept per source partition (`sources`), as a
-    /// source that reads the topic itself keeps it.
-    pub(super) fn of_rows(mut self, sources: &[i32]) -> Reader {
+    /// A reader of rows partitions `partitions` of a cluster's rows topic,
+    /// whose messages carry the place in the source (of partitions
+    /// `sources`) they were read from.
+    pub(super) fn of_rows(mut self, partitions: &[i32], sources: &[i32]) -> Reader {
         self.origins = Some(HashMap::new());
-        self.marks = Marks::new(sources);
+        let pairs: Vec<(i32, i32)> = partitions
+            .iter()
+            .flat_map(|q| sources.iter().map(move |p| (*q, *p)))
+            .collect();
+        self.marks = Marks::new(&pairs, true);
         self
+    }
+
+    /// Writes the watermark alone when it rose without new rows: a rows
+    /// topic's pairs of partitions that carry nothing stop holding it back
+    /// once idle, and a window they held open must close then.
+    pub(super) async fn tick(&mut self) -> std::result::Result<(), Failure> {
+        let watermark = self.marks.watermark(self.node.idle_timeout);
+        if watermark <= self.written_mark {
+            return Ok(());
+        }
+        self.written_mark = watermark;
+        let op = self.write_op(Vec::new());
+        self.node
+            .writer
+            .write_from(self.table.target(), op, watermark, Vec::new())
+            .await?;
+        Ok(())
     }
 
     /// The producer id under which a partition's read position commits.
@@ -395,15 +424,18 @@ impl Reader {
         // brings several, each in its own order.
         let mut by_partition: BTreeMap<(i32, i32), Vec<OwnedMessage>> = BTreeMap::new();
         for message in messages {
-            let clock = self.place(&message).0;
+            let from = match self.origins {
+                Some(_) => self.place(&message).0,
+                None => -1,
+            };
             by_partition
-                .entry((message.partition(), clock))
+                .entry((message.partition(), from))
                 .or_default()
                 .push(message);
         }
         let mut reads = Vec::with_capacity(by_partition.len());
-        for ((partition, clock), messages) in by_partition {
-            reads.push((clock, self.read(partition, &messages).await?));
+        for (clock, messages) in by_partition {
+            reads.push((clock, self.read(clock.0, &messages).await?));
         }
         let bad: Vec<BadMessage> = reads
             .iter_mut()
@@ -429,6 +461,7 @@ impl Reader {
         }
         let positions: Vec<(i32, i64)> = next.into_iter().collect();
         let watermark = self.marks.watermark(self.node.idle_timeout);
+        self.written_mark = self.written_mark.max(watermark);
         let op = self.write_op(rows);
         let written = self
             .node
