@@ -28,7 +28,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
-use super::source::{LAG_INTERVAL, Reader, next_messages, options_of, record_lag};
+use super::source::{LAG_INTERVAL, Reader, messages_within, next_messages, options_of, record_lag};
 use super::{REQUEST_TIMEOUT, SourceOptions, Startup, partitions};
 use crate::catalog::Table;
 use crate::connector::format::{Decoder, Encode};
@@ -307,11 +307,12 @@ impl Relay<'_> {
             if ends.iter().all(|(q, end)| reached[q] >= *end) {
                 self.share.set_ready(table, Some(self.owned));
             }
-            let Ok(messages) = tokio::time::timeout(TICK, next_messages(&consumer)).await else {
+            let messages = messages_within(&consumer, TICK).await?;
+            if messages.is_empty() {
                 reader.tick().await?;
                 continue;
-            };
-            reached.extend(reader.ingest(messages?, &handle.progress).await?);
+            }
+            reached.extend(reader.ingest(messages, &handle.progress).await?);
             if asked.is_none_or(|at: std::time::Instant| at.elapsed() >= LAG_INTERVAL) {
                 asked = Some(std::time::Instant::now());
                 let positions = reached.iter().map(|(q, n)| (*q, *n)).collect();

@@ -157,6 +157,27 @@ pub(super) async fn next_messages(
     consumer: &StreamConsumer,
 ) -> std::result::Result<Vec<OwnedMessage>, Failure> {
     let first = consumer.recv().await?.detach();
+    gather(consumer, first).await
+}
+
+/// The next messages if one comes within `wait`, else none. Only the wait
+/// for the first may time out: a message taken from the consumer is never
+/// dropped.
+pub(super) async fn messages_within(
+    consumer: &StreamConsumer,
+    wait: Duration,
+) -> std::result::Result<Vec<OwnedMessage>, Failure> {
+    match tokio::time::timeout(wait, consumer.recv()).await {
+        Ok(first) => gather(consumer, first?.detach()).await,
+        Err(_) => Ok(Vec::new()),
+    }
+}
+
+/// `first` and the messages that follow it within the round's wait.
+async fn gather(
+    consumer: &StreamConsumer,
+    first: OwnedMessage,
+) -> std::result::Result<Vec<OwnedMessage>, Failure> {
     let deadline = tokio::time::Instant::now() + ROUND_WAIT;
     let mut out = vec![first];
     while out.len() < MAX_BATCH {
