@@ -377,6 +377,18 @@ async fn bad_cluster_settings_stop_the_node_and_a_lone_node_is_a_cluster_of_one(
 /// Events of the partitioned views' test: keyed `i % 40`.
 const KEYS: i64 = 40;
 
+/// The partitioned views of `events` that [`wait_for_partitioned`] checks.
+const PARTITIONED_VIEWS: &str = "\
+    CREATE MATERIALIZED VIEW closed WITH (partitioned = true) AS \
+      SELECT k, window_start, count(*) AS n \
+      FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start \
+      EMIT ON WINDOW CLOSE;
+    CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS \
+      SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
+    CREATE MATERIALIZED VIEW per_minute WITH (partitioned = true) AS \
+      SELECT k, window_start, count(*) AS n \
+      FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start";
+
 /// `k|count|sum` by k after events 0..n, and `k|minute|count`.
 fn partitioned_recount(n: i64) -> (Vec<String>, Vec<String>) {
     let mut minutes: BTreeMap<(i64, i64), i64> = BTreeMap::new();
@@ -487,17 +499,9 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
            WATERMARK FOR at AS at - INTERVAL '1' SECOND) \
          WITH (connector = 'kafka', topic = '{topic}', \
            properties.bootstrap.server = '{bootstrap}') FORMAT PLAIN ENCODE JSON;
-         CREATE MATERIALIZED VIEW closed WITH (partitioned = true) AS \
-           SELECT k, window_start, count(*) AS n \
-           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start \
-           EMIT ON WINDOW CLOSE;
-         CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS \
-           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
+         {PARTITIONED_VIEWS};
          CREATE MATERIALIZED VIEW whole AS \
-           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
-         CREATE MATERIALIZED VIEW per_minute WITH (partitioned = true) AS \
-           SELECT k, window_start, count(*) AS n \
-           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start"
+           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k"
     ))
     .await
     .expect("DDL on n2");
@@ -613,20 +617,9 @@ async fn a_split_source_spreads_its_reading_over_the_nodes_and_survives_a_kill()
         "22023",
         "partition_by names a column the source lacks"
     );
-    c1.batch_execute(&format!(
-        "{source};
-         CREATE MATERIALIZED VIEW closed WITH (partitioned = true) AS \
-           SELECT k, window_start, count(*) AS n \
-           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start \
-           EMIT ON WINDOW CLOSE;
-         CREATE MATERIALIZED VIEW totals WITH (partitioned = true) AS \
-           SELECT k, count(*) AS n, sum(v) AS total FROM events GROUP BY k;
-         CREATE MATERIALIZED VIEW per_minute WITH (partitioned = true) AS \
-           SELECT k, window_start, count(*) AS n \
-           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start"
-    ))
-    .await
-    .expect("DDL on n1");
+    c1.batch_execute(&format!("{source}; {PARTITIONED_VIEWS}"))
+        .await
+        .expect("DDL on n1");
     for sql in [
         "SELECT count(*) FROM events",
         "CREATE MATERIALIZED VIEW whole AS SELECT k, count(*) FROM events GROUP BY k",
