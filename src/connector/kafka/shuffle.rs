@@ -285,9 +285,7 @@ impl Relay<'_> {
             .set("enable.auto.commit", "false")
             .create()?;
         let consumer = Arc::new(consumer);
-        let source: Arc<rdkafka::consumer::BaseConsumer> =
-            Arc::new(self.options.client.config().create()?);
-        let sources = partitions(&source, &self.options.client.topic).await?;
+        let sources = self.source_partitions().await?;
         let mut reader = Reader::new(self.node, self.table, self.options.clone(), &mine)?
             .of_rows(&mine, &sources);
         let mut list = TopicPartitionList::new();
@@ -325,6 +323,14 @@ impl Relay<'_> {
                 .await;
             }
         }
+    }
+
+    /// The source topic's partitions. The client that asks goes right
+    /// after: each client's threads poll for as long as it lives.
+    async fn source_partitions(&self) -> std::result::Result<Vec<i32>, Failure> {
+        let client: Arc<rdkafka::consumer::BaseConsumer> =
+            Arc::new(self.options.client.config().create()?);
+        partitions(&client, &self.options.client.topic).await
     }
 
     /// Where each of `partitions` of the rows topic ends now.
