@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use common::TestServer;
 use common::kafka;
 use common::text_rows as rows;
+use common::try_text_rows;
 
 const PARTITIONS: i32 = 12;
 
@@ -413,6 +414,17 @@ async fn state_entries(server: &TestServer, view: &str) -> u64 {
         .map_or(0, |n| n.trim().parse().expect("a count"))
 }
 
+/// Rows of `per_minute` after events 0..n whose minute the watermark (the
+/// last event's time less a second) closed.
+fn closed_minutes(n: i64) -> Vec<String> {
+    let open = format!("2024-01-01 00:{:02}:00", (n - 2) / 60);
+    partitioned_recount(n)
+        .1
+        .into_iter()
+        .filter(|row| row.split('|').nth(1).is_some_and(|at| at < open.as_str()))
+        .collect()
+}
+
 async fn wait_for_partitioned(clients: &[&tokio_postgres::Client], n: i64) {
     let (totals, minutes) = partitioned_recount(n);
     for client in clients {
@@ -430,13 +442,7 @@ async fn wait_for_partitioned(clients: &[&tokio_postgres::Client], n: i64) {
             |r| r == minutes,
         )
         .await;
-        // Minutes the watermark (the last event's time less a second) closed.
-        let open = format!("2024-01-01 00:{:02}:00", (n - 2) / 60);
-        let closed: Vec<String> = minutes
-            .iter()
-            .filter(|row| row.split('|').nth(1).is_some_and(|at| at < open.as_str()))
-            .cloned()
-            .collect();
+        let closed = closed_minutes(n);
         wait_until(
             client,
             "SELECT * FROM closed ORDER BY k, window_start",
@@ -519,15 +525,183 @@ async fn a_partitioned_view_splits_its_groups_over_the_nodes_and_survives_a_kill
     }
     // A read of one key goes to the key's owner alone.
     point_reads(&[&c1, &c2, &c3], 300).await;
-    assert_eq!(
-        sqlstate(&c1, "SUBSCRIBE totals").await,
-        "0A000",
-        "a change stream of one node's partitions"
-    );
 
     // A node dies mid-stream: the others take its partitions over and
     // build them from their own logs.
     kill_and_restart(&mut n3, [&c1, &c2], &bootstrap, &topic).await;
+}
+
+/// Opens cursor `c` over `SUBSCRIBE view` on a connection of its own,
+/// again while not every node has built its part of the view yet.
+async fn subscribe(server: &TestServer, view: &str) -> tokio_postgres::Client {
+    let client = server.connect().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sql = format!("BEGIN; DECLARE c CURSOR FOR SUBSCRIBE {view}");
+    while let Err(e) = client.batch_execute(&sql).await {
+        assert!(Instant::now() < deadline, "SUBSCRIBE {view}: {e}");
+        client.batch_execute("ROLLBACK").await.expect("rollback");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    client
+}
+
+/// Fetches changes from cursor `c` into `held` (each row with its summed
+/// `_diff`) until they add up to exactly the rows `wanted`.
+async fn follow_until(
+    client: &tokio_postgres::Client,
+    held: &mut BTreeMap<String, i64>,
+    wanted: &[String],
+) {
+    let wanted: BTreeSet<String> = wanted.iter().cloned().collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        for change in rows(client, "FETCH 10000 c WITH (timeout = '1s')").await {
+            let mut fields = change.splitn(3, '|').skip(1);
+            let diff: i64 = fields.next().and_then(|d| d.parse().ok()).expect("a _diff");
+            *held
+                .entry(fields.next().expect("a row").to_string())
+                .or_default() += diff;
+        }
+        held.retain(|_, n| *n != 0);
+        if held.values().all(|n| *n == 1) && held.keys().eq(wanted.iter()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the changes add up to {held:?}, not the recount {wanted:?}"
+        );
+    }
+}
+
+/// Reads COPY lines of changes until they add up to exactly the rows `wanted`.
+async fn copy_until(
+    copy: &mut std::pin::Pin<&mut tokio_postgres::CopyOutStream>,
+    wanted: &[String],
+) {
+    use futures::StreamExt;
+    let wanted: BTreeSet<String> = wanted.iter().cloned().collect();
+    let mut held: BTreeMap<String, i64> = BTreeMap::new();
+    while !(held.values().all(|n| *n == 1) && held.keys().eq(wanted.iter())) {
+        let data = tokio::time::timeout(Duration::from_secs(60), copy.next())
+            .await
+            .unwrap_or_else(|_| panic!("the changes add up to {held:?}, not {wanted:?}"))
+            .expect("the stream goes on")
+            .expect("COPY data");
+        for line in String::from_utf8_lossy(&data).lines() {
+            let fields: Vec<&str> = line.split('\t').collect();
+            let diff: i64 = fields[1].parse().expect("a _diff");
+            *held.entry(fields[2..].join("|")).or_default() += diff;
+        }
+        held.retain(|_, n| *n != 0);
+    }
+}
+
+/// The cursor `c`'s stream ends with 55000 once partitions moved.
+async fn ended_for_a_move(client: &tokio_postgres::Client) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match try_text_rows(client, "FETCH 10000 c WITH (timeout = '1s')").await {
+            Ok(_) => assert!(Instant::now() < deadline, "the stream went on after a move"),
+            Err(e) => {
+                let code = e.as_db_error().map(|d| d.code().code().to_string());
+                assert_eq!(code.as_deref(), Some("55000"), "{e}");
+                return;
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partitioned_views_changes_merge_from_every_node_until_partitions_move() {
+    let bootstrap = kafka::bootstrap();
+    let cluster = kafka::unique_topic("merge");
+    let topic = kafka::unique_topic("merge-in");
+    kafka::create_topic(&bootstrap, &topic, 6).await;
+    let ([n1, n2, mut n3], [c1, c2, c3]) = three_nodes(&cluster, &bootstrap).await;
+    c1.batch_execute(&format!(
+        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP, \
+           WATERMARK FOR at AS at - INTERVAL '1' SECOND) \
+         WITH (connector = 'kafka', topic = '{topic}', \
+           properties.bootstrap.server = '{bootstrap}', partition_by = 'k') \
+         FORMAT PLAIN ENCODE JSON;
+         {PARTITIONED_VIEWS};
+         CREATE MATERIALIZED VIEW ends WITH (partitioned = true) AS \
+           SELECT k, window_start, window_end, count(*) AS n \
+           FROM TUMBLE(events, at, INTERVAL '1' MINUTE) GROUP BY k, window_start, window_end"
+    ))
+    .await
+    .expect("DDL on n1");
+    for sql in [
+        "SUBSCRIBE totals WITH (progress = true)",
+        "SUBSCRIBE totals AS OF 1",
+        "CREATE SUBSCRIPTION s FROM totals",
+    ] {
+        assert_eq!(sqlstate(&c2, sql).await, "0A000", "{sql}");
+    }
+    // Opened before any event: every change of every node's groups comes.
+    let live = subscribe(&n1, "totals").await;
+    let mut held = BTreeMap::new();
+    produce(&bootstrap, &topic, 0..300, KEYS).await;
+    let (totals, minutes) = partitioned_recount(300);
+    follow_until(&live, &mut held, &totals).await;
+    // Opened later: the snapshot holds every node's groups.
+    let late = subscribe(&n2, "per_minute").await;
+    follow_until(&late, &mut BTreeMap::new(), &minutes).await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 300).await;
+    // At its own pace, run on each node, and as COPY text.
+    assert_eq!(
+        sqlstate(
+            &c3,
+            "COPY (SUBSCRIBE per_minute EMIT ON WINDOW CLOSE) TO STDOUT"
+        )
+        .await,
+        "0A000",
+        "no window_end to close rows by"
+    );
+    let closing = n3.connect().await;
+    let copy = closing
+        .copy_out("COPY (SUBSCRIBE ends EMIT ON WINDOW CLOSE) TO STDOUT")
+        .await
+        .expect("COPY (SUBSCRIBE ...)");
+    futures::pin_mut!(copy);
+    let with_ends: Vec<String> = closed_minutes(300)
+        .iter()
+        .map(|row| {
+            let [k, start, n] = row.split('|').collect::<Vec<_>>()[..] else {
+                panic!("{row}")
+            };
+            let minute: i64 = start[14..16].parse().expect("a minute");
+            format!("{k}|{start}|2024-01-01 00:{:02}:00|{n}", minute + 1)
+        })
+        .collect();
+    copy_until(&mut copy, &with_ends).await;
+
+    // A node dies: the streams that read it end, and a new one reads the
+    // two nodes left.
+    n3.kill();
+    produce(&bootstrap, &topic, 300..450, KEYS).await;
+    wait_until(&c1, "SHOW CLUSTER", "n3 gone", |r| {
+        split_among(r, &["n1", "n2"])
+    })
+    .await;
+    ended_for_a_move(&live).await;
+    ended_for_a_move(&late).await;
+    let two = subscribe(&n1, "totals").await;
+    follow_until(&two, &mut BTreeMap::new(), &partitioned_recount(450).0).await;
+
+    // It returns and takes partitions back: no node went, but the parts
+    // built again end the stream over them too.
+    n3.restart();
+    let c3 = n3.connect().await;
+    produce(&bootstrap, &topic, 450..600, KEYS).await;
+    wait_until(&c3, "SHOW CLUSTER", "n3 back", |r| {
+        split_among(r, &["n1", "n2", "n3"])
+    })
+    .await;
+    ended_for_a_move(&two).await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 600).await;
+    let again = subscribe(&n3, "totals").await;
+    follow_until(&again, &mut BTreeMap::new(), &partitioned_recount(600).0).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -568,7 +742,6 @@ async fn a_partitioned_view_is_refused_where_a_cluster_could_not_split_it() {
             "22023",
         ),
         ("CREATE MATERIALIZED VIEW bad AS SELECT * FROM p", "0A000"),
-        ("SUBSCRIBE p", "0A000"),
         ("CREATE INDEX ON p (total)", "0A000"),
     ] {
         assert_eq!(sqlstate(&client, sql).await, code, "{sql}");

@@ -283,9 +283,7 @@ impl Subscription {
     /// A stream that starts now: its snapshot is read (and queued for the
     /// first fetch), or the first change after the `AS OF` epoch found.
     pub fn open(node: &Node, table: Arc<Table>, options: Options) -> Result<Subscription> {
-        if options.pace == Pace::OnWindowClose {
-            window_end_column(&table)?;
-        }
+        check_pace(&table, &options.pace)?;
         let clock = if table.def.is_view()
             || table.def.name == LATE_EVENTS
             || table.def.name == VIEW_ERRORS
@@ -793,6 +791,14 @@ fn read_counter(view: &ReadView, key: &[u8]) -> Result<u64> {
     Ok(value
         .and_then(|bytes| bytes.as_slice().try_into().ok())
         .map_or(0, u64::from_be_bytes))
+}
+
+/// Fails when `table` cannot be followed at `pace`.
+pub fn check_pace(table: &Table, pace: &Pace) -> Result<()> {
+    if *pace == Pace::OnWindowClose {
+        window_end_column(table)?;
+    }
+    Ok(())
 }
 
 /// The `window_end` column `EMIT ON WINDOW CLOSE` judges rows by.

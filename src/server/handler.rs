@@ -49,8 +49,8 @@ use crate::config::Auth;
 use crate::error::Error;
 use crate::session::handlers;
 use crate::session::handlers::copy::CopyFormat;
+use crate::session::merged::ChangeStream;
 use crate::session::streams::Encode;
-use crate::session::subscribe::Subscription;
 use crate::session::wire::{self, Statement};
 use crate::session::{self, Engine, Metrics, Output, Session};
 
@@ -487,7 +487,7 @@ impl QueryHandler {
 struct CopyStream<'a> {
     engine: &'a Arc<Engine>,
     sockets: &'a Arc<Sockets>,
-    subscription: Subscription,
+    subscription: ChangeStream,
 }
 
 /// A change stream as COPY data until the client cancels (the statement is

@@ -4,7 +4,9 @@
 //! operator state entries exactly (it walks the state, so it is for
 //! inspection, not for scraping). In a cluster, the node's partitions of
 //! a partitioned view's rows go to the other nodes as an Arrow stream
-//! (`/internal/partitions/ID`), for those that show the node's token.
+//! (`/internal/partitions/ID`), and its partitions' changes as frames for
+//! as long as the peer reads them (`/internal/changes/ID`), for those that
+//! show the node's token.
 //! What changes the node goes through pgwire, where roles are checked
 //! (`VACUUM` compacts the store).
 //!
@@ -24,13 +26,15 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 
 use crate::session::Engine;
+use crate::session::merged::{Frame, PARTITION_CHANGES, encode_frame};
 use crate::session::partitioned::PARTITION_ROWS;
 
 /// The first byte of a TLS handshake record.
 const TLS_HANDSHAKE: u8 = 0x16;
 
-/// How long a client has to send its request, so that idle connections
-/// do not pile up.
+/// How long a client has to send its request and read the answer, so that
+/// idle connections do not pile up; a change stream lasts as long as its
+/// peer reads it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How TLS is offered on the port.
@@ -48,10 +52,8 @@ pub async fn run(engine: Arc<Engine>, listener: TcpListener, tls: Option<HttpTls
         let engine = engine.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            match tokio::time::timeout(REQUEST_TIMEOUT, accept(&engine, socket, tls)).await {
-                Ok(Err(e)) => tracing::debug!(cause = %e, "http request failed"),
-                Err(_) => tracing::debug!("http request timed out"),
-                Ok(Ok(())) => {}
+            if let Err(e) = accept(&engine, socket, tls).await {
+                tracing::debug!(cause = %e, "http request failed");
             }
         });
     }
@@ -66,17 +68,17 @@ async fn accept(
         return serve(engine, socket).await;
     };
     let mut first = [0u8; 1];
-    if socket.peek(&mut first).await? == 1 && first[0] == TLS_HANDSHAKE {
-        let stream = tls.acceptor.accept(socket).await?;
+    if in_time(socket.peek(&mut first)).await? == 1 && first[0] == TLS_HANDSHAKE {
+        let stream = in_time(tls.acceptor.accept(socket)).await?;
         return serve(engine, stream).await;
     }
     if tls.required {
-        return respond(
+        return in_time(respond(
             socket,
             "403 Forbidden",
             TEXT,
             "TLS is required: use https\n".to_string(),
-        )
+        ))
         .await;
     }
     serve(engine, socket).await
@@ -91,16 +93,75 @@ const PROMETHEUS: &str = "text/plain; version=0.0.4";
 const JSON: &str = "application/json";
 const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
 
+/// `step` within [`REQUEST_TIMEOUT`], or an error.
+async fn in_time<T>(step: impl Future<Output = std::io::Result<T>>) -> std::io::Result<T> {
+    tokio::time::timeout(REQUEST_TIMEOUT, step)
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "request timed out"))?
+}
+
 async fn serve<S>(engine: &Arc<Engine>, mut socket: S) -> std::io::Result<()>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut buffer = vec![0u8; 4096];
-    let n = socket.read(&mut buffer).await?;
+    let n = in_time(socket.read(&mut buffer)).await?;
     let request = String::from_utf8_lossy(&buffer[..n]);
     let mut line = request.split_whitespace();
-    let method = line.next().unwrap_or("GET");
-    let target = line.next().unwrap_or("/");
+    let method = line.next().unwrap_or("GET").to_string();
+    let target = line.next().unwrap_or("/").to_string();
+    if let ("GET", Some(view)) = (method.as_str(), target.strip_prefix(PARTITION_CHANGES)) {
+        let (view, query) = view.split_once('?').unwrap_or((view, ""));
+        return match engine.changes_for_peer(view, query) {
+            Ok(frames) => stream_changes(socket, frames).await,
+            Err(e) => in_time(refuse(socket, e)).await,
+        };
+    }
+    in_time(answer(engine, socket, &method, &target)).await
+}
+
+/// A peer's request refused, as 503 when it may retry.
+async fn refuse<S>(socket: S, e: crate::error::Error) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
+    match e {
+        crate::error::Error::PrerequisiteState(_) => {
+            respond(socket, "503 Service Unavailable", TEXT, format!("{e}\n")).await
+        }
+        e => respond(socket, "400 Bad Request", TEXT, format!("{e}\n")).await,
+    }
+}
+
+/// A leg's frames as they come, until the leg ends or the peer goes. The
+/// answer has no length: it ends when the connection does.
+async fn stream_changes<S>(
+    mut socket: S,
+    mut frames: tokio::sync::mpsc::Receiver<(usize, Frame)>,
+) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n";
+    in_time(socket.write_all(head.as_bytes())).await?;
+    while let Some((_, frame)) = frames.recv().await {
+        let bytes = encode_frame(&frame).map_err(std::io::Error::other)?;
+        // A peer that stops reading is gone: its leg stops with it.
+        in_time(socket.write_all(&bytes)).await?;
+        in_time(socket.flush()).await?;
+    }
+    socket.shutdown().await
+}
+
+async fn answer<S>(
+    engine: &Arc<Engine>,
+    socket: S,
+    method: &str,
+    target: &str,
+) -> std::io::Result<()>
+where
+    S: AsyncWrite + Unpin,
+{
     let path = target.split('?').next().unwrap_or(target);
     if let ("GET", Some(view)) = (method, path.strip_prefix(PARTITION_ROWS)) {
         let query = target.split_once('?').map_or("", |(_, q)| q).to_string();
@@ -111,10 +172,7 @@ where
             .map_err(std::io::Error::other)?;
         return match rows {
             Ok(rows) => respond(socket, "200 OK", ARROW_STREAM, rows).await,
-            Err(e @ crate::error::Error::PrerequisiteState(_)) => {
-                respond(socket, "503 Service Unavailable", TEXT, format!("{e}\n")).await
-            }
-            Err(e) => respond(socket, "400 Bad Request", TEXT, format!("{e}\n")).await,
+            Err(e) => refuse(socket, e).await,
         };
     }
     let (status, content_type, body) = match (method, path) {

@@ -55,6 +55,8 @@ pub struct Engine {
     /// Partitioned views this node is building again for new partitions:
     /// until they have read their inputs, they do not answer for them.
     pub(super) building: std::sync::Mutex<std::collections::HashSet<u64>>,
+    /// How many times each partitioned view began to be built on this node.
+    pub(super) builds: std::sync::Mutex<std::collections::HashMap<u64, u64>>,
 }
 
 /// Counters exported on `/metrics`.
@@ -142,6 +144,16 @@ impl Engine {
     /// This node's partitions of a partitioned view, for another node.
     pub fn rows_for_peer(&self, view: &str, query: &str) -> Result<Vec<u8>> {
         super::partitioned::rows_for_peer(self, view, query)
+    }
+
+    /// Frames of this node's part of a partitioned view's changes, for a
+    /// peer's merged change stream (`/internal/changes/ID`).
+    pub fn changes_for_peer(
+        self: &Arc<Self>,
+        view: &str,
+        query: &str,
+    ) -> Result<tokio::sync::mpsc::Receiver<(usize, super::merged::Frame)>> {
+        super::merged::changes_for_peer(self, view, query)
     }
 
     /// Leaves the cluster's group, so that the others take over at once.
@@ -243,6 +255,7 @@ impl Engine {
             share,
             partitioning: tokio::sync::Mutex::new(()),
             building: Default::default(),
+            builds: Default::default(),
         }))
     }
 

@@ -3,6 +3,7 @@
 pub mod cluster;
 mod engine;
 pub mod handlers;
+pub mod merged;
 mod observe;
 pub mod partitioned;
 pub mod privileges;
@@ -51,7 +52,7 @@ pub enum Output {
     /// Transaction control: accepted, reported with its tag.
     Transaction { tag: &'static str, begin: bool },
     /// A change stream to send as COPY data until the client cancels.
-    CopyOut(Box<subscribe::Subscription>),
+    CopyOut(Box<merged::ChangeStream>),
     /// Rows to send as COPY data as the query computes them, then `COPY n`.
     CopyOutRows {
         schema: SchemaRef,

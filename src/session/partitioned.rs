@@ -34,7 +34,7 @@ pub const PARTITION_ROWS: &str = "/internal/partitions/";
 const SETTLE: Duration = Duration::from_millis(500);
 
 /// How long a peer has to answer a read.
-const PEER_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const PEER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// `WITH (partitioned = true)` is for views a cluster can split: a GROUP
 /// BY at the top whose columns the view shows, over Kafka sources, which
@@ -119,7 +119,7 @@ pub fn split_sources(engine: &Engine, ids: &[u64]) -> Vec<(Arc<Table>, Vec<Strin
 
 /// The columns whose values pick a row's partition of `view`: its split
 /// source's, else its key.
-fn partition_key(engine: &Engine, view: &View) -> Vec<usize> {
+pub(super) fn partition_key(engine: &Engine, view: &View) -> Vec<usize> {
     let split = split_sources(engine, &view.def.depends_on);
     let Some((_, by)) = split.first() else {
         return view.table.def.primary_key.clone();
@@ -144,6 +144,24 @@ pub fn split_columns(engine: &Engine, view: &View) -> Vec<String> {
 /// source other than by a partitioned view: each node holds its own
 /// partitions' rows and changes only.
 pub fn refuse_follower(engine: &Engine, ids: &[u64], what: &str) -> Result<()> {
+    refuse_split(engine, ids, what)?;
+    for id in ids {
+        if let Some(Object::MaterializedView(view)) = engine.catalog.by_id(*id)
+            && view.def.partitioned
+        {
+            return Err(Error::NotSupported(format!(
+                "{what} cannot read partitioned view \"{}\" yet: each node holds its own \
+                 partitions' changes; read it with SELECT or SUBSCRIBE, or create it \
+                 without partitioned = true",
+                view.def.table.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuses to read a split source other than by a partitioned view.
+pub fn refuse_split(engine: &Engine, ids: &[u64], what: &str) -> Result<()> {
     if let Some((table, by)) = split_sources(engine, ids).first() {
         return Err(Error::NotSupported(format!(
             "{what} cannot read source \"{}\": it is split over the cluster's nodes by ({}); \
@@ -152,18 +170,6 @@ pub fn refuse_follower(engine: &Engine, ids: &[u64], what: &str) -> Result<()> {
             table.def.name,
             by.join(", ")
         )));
-    }
-    for id in ids {
-        if let Some(Object::MaterializedView(view)) = engine.catalog.by_id(*id)
-            && view.def.partitioned
-        {
-            return Err(Error::NotSupported(format!(
-                "{what} cannot read partitioned view \"{}\" yet: each node holds its own \
-                 partitions' changes; read it with SELECT, or create it without \
-                 partitioned = true",
-                view.def.table.name
-            )));
-        }
     }
     Ok(())
 }
@@ -207,7 +213,7 @@ fn owned_now(engine: &Engine) -> Owned {
     }
 }
 
-fn sorted(partitions: &[i32]) -> Vec<u32> {
+pub(super) fn sorted(partitions: &[i32]) -> Vec<u32> {
     let mut out: Vec<u32> = partitions.iter().map(|p| *p as u32).collect();
     out.sort_unstable();
     out
@@ -364,6 +370,10 @@ pub struct Building {
 
 impl Building {
     pub fn start(engine: &Arc<Engine>, view: u64) -> Building {
+        // Counted and shown as building under one lock: a stream that
+        // sees the new count sees the build too.
+        let mut builds = engine.builds.lock().unwrap_or_else(|p| p.into_inner());
+        *builds.entry(view).or_default() += 1;
         building(engine).insert(view);
         Building {
             engine: engine.clone(),
@@ -410,39 +420,17 @@ fn answers_for(engine: &Engine, view: &View, wanted: &[u32]) -> Result<()> {
 /// peer whose request's query is `token=T&p=0,1,2`.
 pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> {
     let mut token = "";
-    let mut wanted = Vec::new();
+    let mut wanted = "";
     for (name, value) in query.split('&').filter_map(|p| p.split_once('=')) {
         match name {
             "token" => token = value,
-            "p" => {
-                wanted = value
-                    .split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| p.parse::<u32>())
-                    .collect::<std::result::Result<_, _>>()
-                    .map_err(|e| Error::InvalidParameter(format!("partitions: {e}")))?
-            }
+            "p" => wanted = value,
             _ => {}
         }
     }
-    let replication = engine
-        .cluster()
-        .ok_or_else(|| Error::InvalidParameter("this node is not in a cluster".into()))?;
-    if token.is_empty() || token != replication.cluster.me.token {
-        return Err(Error::InsufficientPrivilege(
-            "not a node of this cluster".into(),
-        ));
-    }
-    let id = id
-        .parse()
-        .map_err(|_| Error::InvalidParameter(format!("not a view id: {id}")))?;
-    let view = partitioned_view(engine, id)?;
-    answers_for(engine, &view, &wanted)?;
+    let (view, owned) = peer_request(engine, id, token, wanted)?;
+    answers_for(engine, &view, &owned.partitions)?;
     let table = &view.table;
-    let owned = Owned {
-        count: replication.cluster.partitions,
-        partitions: wanted,
-    };
     let rows = all_rows(table, &engine.store.read_view())?;
     let mut out = Vec::new();
     let mut writer = StreamWriter::try_new(&mut out, &table.schema)?;
@@ -456,6 +444,61 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
     writer.finish()?;
     drop(writer);
     Ok(out)
+}
+
+/// A peer's request for partitions `wanted` (`0,1,2`) of view `id`: the
+/// view and the partitions, once the peer's token shows it is of this
+/// cluster.
+pub(super) fn peer_request(
+    engine: &Engine,
+    id: &str,
+    token: &str,
+    wanted: &str,
+) -> Result<(Arc<View>, Owned)> {
+    let partitions = wanted
+        .split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u32>())
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| Error::InvalidParameter(format!("partitions: {e}")))?;
+    let replication = engine
+        .cluster()
+        .ok_or_else(|| Error::InvalidParameter("this node is not in a cluster".into()))?;
+    if token.is_empty() || token != replication.cluster.me.token {
+        return Err(Error::InsufficientPrivilege(
+            "not a node of this cluster".into(),
+        ));
+    }
+    let id = id
+        .parse()
+        .map_err(|_| Error::InvalidParameter(format!("not a view id: {id}")))?;
+    let owned = Owned {
+        count: replication.cluster.partitions,
+        partitions,
+    };
+    Ok((partitioned_view(engine, id)?, owned))
+}
+
+/// How many times this node has started building view `id`: a change
+/// stream over its part is good only while this stays the same.
+pub(super) fn builds(engine: &Engine, id: u64) -> u64 {
+    let builds = engine.builds.lock().unwrap_or_else(|p| p.into_inner());
+    builds.get(&id).copied().unwrap_or(0)
+}
+
+/// Fails once this node's part of `view` stops answering for `wanted`, or
+/// has been built again since it counted `built` builds: its changelog
+/// then starts over, and a stream following it would repeat or miss rows.
+pub(super) fn still_built(engine: &Engine, view: &View, wanted: &[u32], built: u64) -> Result<()> {
+    answers_for(engine, view, wanted)?;
+    if builds(engine, view.def.table.id) == built {
+        return Ok(());
+    }
+    Err(Error::PrerequisiteState(format!(
+        "node \"{}\" built its partitions of view \"{}\" again after a rebalance, so \
+         this change stream cannot go on; subscribe again",
+        engine.config.node_name, view.def.table.name
+    )))
 }
 
 fn partitioned_view(engine: &Engine, id: u64) -> Result<Arc<View>> {
@@ -565,7 +608,7 @@ impl Peers for ClusterPeers {
 
 /// Fails when a partition has no live owner in the address book: a node
 /// died and the group has not given its partitions to others yet.
-fn covered(members: &[Member], count: u32, only: Option<u32>, view: &str) -> Result<()> {
+pub(super) fn covered(members: &[Member], count: u32, only: Option<u32>, view: &str) -> Result<()> {
     let owned: std::collections::BTreeSet<u32> = members
         .iter()
         .flat_map(|m| m.partitions.iter().map(|p| *p as u32))
@@ -584,7 +627,7 @@ fn covered(members: &[Member], count: u32, only: Option<u32>, view: &str) -> Res
     }
 }
 
-fn peer_error(node: &str, why: impl std::fmt::Display) -> Error {
+pub(super) fn peer_error(node: &str, why: impl std::fmt::Display) -> Error {
     Error::ConnectionFailure(format!(
         "cannot read the partitions node \"{node}\" owns: {why}"
     ))

@@ -15,7 +15,8 @@ use bytes::Bytes;
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
-use super::subscribe::{Encoder, LineCache, Subscription};
+use super::merged::ChangeStream;
+use super::subscribe::{Encoder, LineCache};
 use crate::error::{Error, Result};
 use crate::session::Engine;
 
@@ -113,7 +114,7 @@ impl Streams {
     pub fn spawn(
         &self,
         engine: Arc<Engine>,
-        mut subscription: Subscription,
+        mut subscription: ChangeStream,
         format: String,
         encode: Encode,
         direct: Option<Direct>,
@@ -175,7 +176,7 @@ impl Drop for Streams {
 
 /// One running stream, on a stream thread.
 struct Stream<'a> {
-    subscription: &'a mut Subscription,
+    subscription: &'a mut ChangeStream,
     engine: &'a Engine,
     encoder: &'a Encoder<'a>,
     tx: &'a mpsc::Sender<Result<Vec<Bytes>>>,

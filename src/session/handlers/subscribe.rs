@@ -11,8 +11,10 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{concat_batches, take};
 use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Int64Type, Schema, SchemaRef};
 
+use crate::catalog::Object;
 use crate::catalog::{SubscriptionDef, Table};
 use crate::error::{Error, Result};
+use crate::session::merged::{ChangeStream, Merged};
 use crate::session::subscribe::{Options, Pace, Subscription};
 use crate::session::{Engine, Output, Session};
 use crate::sql::parser::{CursorSource, EmitClause, Fetch, Since, Subscribe};
@@ -23,7 +25,7 @@ pub const DEFAULT_RETENTION: &str = "1 hour";
 /// An open cursor.
 pub enum Cursor {
     /// `DECLARE c CURSOR FOR SUBSCRIBE ...`: `(_epoch, _diff, columns)`.
-    Subscribe(Box<Subscription>),
+    Subscribe(Box<ChangeStream>),
     /// `DECLARE c SUBSCRIPTION CURSOR FOR s`: RisingWave's
     /// `(columns, op, rw_timestamp)`, one row per inserted or deleted row.
     Subscription(Box<Subscription>, SchemaRef),
@@ -54,9 +56,9 @@ impl Cursor {
 }
 
 /// A change stream for `SUBSCRIBE ...` as written.
-pub async fn open(engine: &Arc<Engine>, subscribe: &Subscribe) -> Result<Subscription> {
+pub async fn open(engine: &Arc<Engine>, subscribe: &Subscribe) -> Result<ChangeStream> {
     let table = relation(engine, &subscribe.name)?;
-    crate::session::partitioned::refuse_follower(engine, &[table.def.id], "SUBSCRIBE")?;
+    crate::session::partitioned::refuse_split(engine, &[table.def.id], "SUBSCRIBE")?;
     let mut options = Options {
         as_of: subscribe.as_of,
         ..Options::default()
@@ -84,7 +86,20 @@ pub async fn open(engine: &Arc<Engine>, subscribe: &Subscribe) -> Result<Subscri
             .await?,
         ),
     };
-    Subscription::open(&engine.node, table, options)
+    match engine.catalog.by_id(table.def.id) {
+        Some(Object::MaterializedView(view))
+            if view.def.partitioned && engine.cluster().is_some() =>
+        {
+            Ok(ChangeStream::Merged(
+                Merged::open(engine, view, options).await?,
+            ))
+        }
+        _ => Ok(ChangeStream::Local(Subscription::open(
+            &engine.node,
+            table,
+            options,
+        )?)),
+    }
 }
 
 fn relation(engine: &Engine, name: &str) -> Result<Arc<Table>> {
