@@ -818,4 +818,85 @@ async fn a_split_source_spreads_its_reading_over_the_nodes_and_survives_a_kill()
     point_reads(&[&c1, &c2, &c3], 300).await;
 
     kill_and_restart(&mut n3, [&c1, &c2], &bootstrap, &topic).await;
+
+    // Dropped, it leaves no rows topic behind once every node stopped its feed.
+    let rows_topics = format!("weir-{cluster}-rows-");
+    assert_eq!(kafka::topics_named(&bootstrap, &rows_topics).await.len(), 1);
+    c1.batch_execute("DROP SOURCE events CASCADE")
+        .await
+        .expect("drop");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !kafka::topics_named(&bootstrap, &rows_topics)
+        .await
+        .is_empty()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the rows topic outlived its source"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Waits until `SHOW SOURCES` says source `name` failed at a message, and
+/// returns its line.
+async fn failed_source(client: &tokio_postgres::Client, name: &str, when: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let sources = rows(client, "SHOW SOURCES").await;
+        let line = sources.iter().find(|s| s.starts_with(&format!("{name}|")));
+        if let Some(line) = line.filter(|s| s.contains("failed: topic")) {
+            return line.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never failed {when}: {sources:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_split_source_that_fails_fails_again_at_the_same_message_after_a_restart() {
+    let bootstrap = kafka::bootstrap();
+    let cluster = kafka::unique_topic("strict");
+    let topic = kafka::unique_topic("strict-in");
+    kafka::create_topic(&bootstrap, &topic, 1).await;
+    // One key, so one rows partition: its key decodes, its value does not.
+    let records: [kafka::Outgoing; 3] = [
+        (None, Some(br#"{"k": 1, "v": 1}"#), None),
+        (None, Some(br#"{"k": 1, "v": "one"}"#), None),
+        (None, Some(br#"{"k": 1, "v": 3}"#), None),
+    ];
+    kafka::produce(&bootstrap, &topic, &records).await;
+    let mut server = node(&cluster, &bootstrap, "solo");
+    let client = server.connect().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SOURCE strict (k BIGINT, v BIGINT) \
+             WITH (connector = 'kafka', topic = '{topic}', \
+               properties.bootstrap.server = '{bootstrap}', partition_by = 'k', \
+               on_error = 'fail') FORMAT PLAIN ENCODE JSON;
+             CREATE MATERIALIZED VIEW seen WITH (partitioned = true) AS \
+               SELECT k, sum(v) AS total FROM strict GROUP BY k"
+        ))
+        .await
+        .expect("create");
+    let status = failed_source(&client, "strict", "at first").await;
+    assert!(status.contains("offset 1"), "{status}");
+    wait_until(&client, "SELECT * FROM seen", "the row before", |r| {
+        r == ["1|1"]
+    })
+    .await;
+    // The message after the bad one came in the same round, unread: the
+    // source must not count it, nor the bad one, as read.
+    server.kill();
+    server.restart();
+    let client = server.connect().await;
+    let status = failed_source(&client, "strict", "after a restart").await;
+    assert!(status.contains("offset 1"), "{status}");
+    wait_until(&client, "SELECT * FROM seen", "the row before", |r| {
+        r == ["1|1"]
+    })
+    .await;
 }

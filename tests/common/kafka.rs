@@ -519,6 +519,26 @@ fn watermarks_of(consumer: &BaseConsumer, topic: &str) -> Vec<i64> {
         .collect()
 }
 
+/// The broker's topics whose names start with `prefix`.
+pub async fn topics_named(bootstrap: &str, prefix: &str) -> Vec<String> {
+    let (bootstrap, prefix) = (bootstrap.to_owned(), prefix.to_owned());
+    blocking(move || {
+        let consumer: BaseConsumer = client_config(&bootstrap)
+            .create()
+            .expect("a Kafka consumer");
+        let metadata = consumer
+            .fetch_metadata(None, REQUEST_TIMEOUT)
+            .expect("the broker's topics");
+        metadata
+            .topics()
+            .iter()
+            .map(|t| t.name().to_string())
+            .filter(|name| name.starts_with(&prefix))
+            .collect()
+    })
+    .await
+}
+
 fn partition_count(bootstrap: &str, topic: &str) -> Option<i32> {
     let consumer: BaseConsumer = client_config(bootstrap).create().expect("a Kafka consumer");
     topic_partitions(&consumer, topic)

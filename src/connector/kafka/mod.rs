@@ -29,7 +29,7 @@ mod shuffle;
 mod sink;
 mod source;
 
-pub use shuffle::{positions_prefix, split_source};
+pub use shuffle::{forget as forget_split_source, positions_prefix, split_source};
 pub use sink::{open as open_sink_stream, sink};
 pub use source::source;
 

@@ -22,9 +22,12 @@ use std::time::Duration;
 
 use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::Schema;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::watch;
 
@@ -49,6 +52,62 @@ const TICK: Duration = Duration::from_secs(1);
 /// How long an assignment must hold before the feed and the reader move:
 /// a rebalance revokes and assigns in quick steps.
 const SETTLE: Duration = Duration::from_millis(500);
+
+/// The consumer group whose offsets say how far this cluster's feeds
+/// have relayed split source `table`, on the source's Kafka.
+fn feed_group(cluster: &str, table: u64) -> String {
+    format!("weir-{cluster}-feed-{table}")
+}
+
+/// Deletes what a dropped split source left on Kafka: its rows topic on
+/// the cluster's Kafka and its feed group on the source's. Each node tries
+/// once it has stopped its own feed; what a later node's feed still uses
+/// (a group with members) stays for that node to delete.
+pub async fn forget(table: &Table, share: &Share) {
+    let id = table.def.id;
+    let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
+    let rows = rows_topic(&share.cluster, id);
+    let admin: Result<AdminClient<DefaultClientContext>, _> =
+        crate::cluster::client_config(&share.kafka).create();
+    match admin {
+        Ok(admin) => match admin.delete_topics(&[&rows], &options).await {
+            Ok(results) => log_refusals(results, "rows topic"),
+            Err(e) => {
+                tracing::warn!(topic = %rows, cause = %e, "cannot delete a dropped split source's rows topic")
+            }
+        },
+        Err(e) => tracing::warn!(cause = %e, "cannot make a Kafka client"),
+    }
+    let Ok(source) = options_of(table) else {
+        return;
+    };
+    let group = feed_group(&share.cluster, id);
+    let admin: Result<AdminClient<DefaultClientContext>, _> = source.client.config().create();
+    match admin {
+        Ok(admin) => match admin.delete_groups(&[&group], &options).await {
+            Ok(results) => log_refusals(results, "feed group"),
+            Err(e) => {
+                tracing::warn!(group = %group, cause = %e, "cannot delete a dropped split source's feed group")
+            }
+        },
+        Err(e) => tracing::warn!(cause = %e, "cannot make a Kafka client"),
+    }
+}
+
+/// Gone already, or still used by a node that has not dropped the source
+/// yet: both are expected.
+fn log_refusals(results: Vec<Result<String, (String, RDKafkaErrorCode)>>, what: &str) {
+    for (name, code) in results.into_iter().filter_map(|r| r.err()) {
+        match code {
+            RDKafkaErrorCode::UnknownTopicOrPartition
+            | RDKafkaErrorCode::GroupIdNotFound
+            | RDKafkaErrorCode::NonEmptyGroup => {
+                tracing::debug!(%name, ?code, "left for another node: a dropped split source's {what}")
+            }
+            code => tracing::warn!(%name, ?code, "cannot delete a dropped split source's {what}"),
+        }
+    }
+}
 
 /// The rows topic of split source `table`.
 pub fn rows_topic(cluster: &str, table: u64) -> String {
@@ -174,7 +233,7 @@ impl Relay<'_> {
     /// Sends this node's share of the source on to the rows topic.
     async fn feed(&self) -> std::result::Result<(), Failure> {
         let source = &self.options.client.topic;
-        let group = format!("weir-{}-feed-{}", self.share.cluster, self.table.def.id);
+        let group = feed_group(&self.share.cluster, self.table.def.id);
         let consumer: StreamConsumer = self
             .options
             .client

@@ -282,6 +282,8 @@ struct Read {
     bad: Vec<BadMessage>,
     /// The message that stops the source (`on_error = 'fail'`).
     fatal: Option<String>,
+    /// That message's offset in the source topic.
+    stop: Option<i64>,
 }
 
 impl Reader {
@@ -471,12 +473,17 @@ impl Reader {
         // source": its rows are judged against the watermark from before it.
         let mut rows = Vec::new();
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+        let mut stops = Vec::new();
         for (clock, read) in reads {
             self.marks.observe(clock, read.mark);
             let at = next.entry(read.partition).or_insert(read.next);
             *at = (*at).max(read.next);
+            if let Some(stop) = read.stop {
+                stops.push((clock, read.next, stop));
+            }
             rows.extend(read.rows);
         }
+        self.keep_unread(&stops, &mut next, &mut producers);
         for (partition, next) in &next {
             producers.push((self.position_id(*partition), *next as u64));
         }
@@ -498,6 +505,31 @@ impl Reader {
         }
     }
 
+    /// A message that stops the source leaves itself and what came after
+    /// it in its group unread: its rows partition is read again from it,
+    /// and the source partition's mark goes back to it, so that only the
+    /// other groups' messages count as repeats then.
+    fn keep_unread(
+        &self,
+        stops: &[((i32, i32), i64, i64)],
+        next: &mut BTreeMap<i32, i64>,
+        producers: &mut Vec<(String, u64)>,
+    ) {
+        for ((partition, from), at, stop) in stops {
+            next.entry(*partition)
+                .and_modify(|n| *n = (*n).min(*at))
+                .or_insert(*at);
+            if self.origins.is_none() {
+                continue;
+            }
+            let id = super::shuffle::origin_id(self.table.def.id, *partition, *from);
+            match producers.iter_mut().find(|(p, _)| *p == id) {
+                Some(entry) => entry.1 = *stop as u64,
+                None => producers.push((id, *stop as u64)),
+            }
+        }
+    }
+
     /// Decode one partition's messages; bad ones follow `on_error`.
     async fn read(
         &mut self,
@@ -516,6 +548,7 @@ impl Reader {
         failed.sort_by_key(|(i, _)| *i);
         let mut bad = Vec::new();
         let mut fatal = None;
+        let mut stop = None;
         let mut take = messages.len();
         for (index, why) in &failed {
             let message = &messages[*index];
@@ -523,6 +556,7 @@ impl Reader {
             match &self.options.on_error {
                 OnError::Fail => {
                     let (partition, offset) = self.place(message);
+                    stop = Some(offset);
                     fatal = Some(format!(
                         "topic \"{}\" partition {partition} offset {offset}: {why}",
                         self.options.client.topic,
@@ -555,6 +589,7 @@ impl Reader {
             mark,
             bad,
             fatal,
+            stop,
         })
     }
 

@@ -464,12 +464,27 @@ pub async fn drop(engine: &Arc<Engine>, session: &mut Session, drop: Drop) -> Re
             Object::Table(table) => {
                 engine.connectors.stop(table.def.id).await;
                 engine.runtime.forget(table.def.topic()).await?;
+                forget_split(engine, table);
             }
             Object::View(_) => {}
         }
     }
     engine.catalog.drop_objects(&doomed)?;
     Ok(Output::command(&tag))
+}
+
+/// A split source's rows topic and feed group go once its feed here has
+/// stopped; in the background, since Kafka may be slow to answer.
+fn forget_split(engine: &Arc<Engine>, table: &Arc<crate::catalog::Table>) {
+    let split = crate::session::partitioned::split_sources(engine, &[table.def.id]);
+    let share = engine.share.borrow().clone();
+    let (Some(share), false) = (share, split.is_empty()) else {
+        return;
+    };
+    let table = table.clone();
+    engine.background.spawn(async move {
+        crate::connector::kafka::forget_split_source(&table, &share).await;
+    });
 }
 
 /// Everything that reads `object`, directly or through other views, dependents first.
