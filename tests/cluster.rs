@@ -191,11 +191,15 @@ async fn three_nodes_share_a_catalog_and_survive_a_kill() {
         a.is_ok() != b.is_ok(),
         "exactly one create wins: {a:?} {b:?}"
     );
+    let won_on = if a.is_ok() { &c2 } else { &c3 };
     let loser = a.err().or(b.err()).expect("one failed");
     assert_eq!(loser.code().map(|c| c.code()), Some("42P07"));
+    // Read where it won: that node applied it before answering, n1 in its
+    // own time.
     let columns = "SELECT column_name FROM information_schema.columns WHERE table_name = 'race'";
-    let winner = rows(&c1, columns).await;
-    for client in [&c2, &c3] {
+    let winner = rows(won_on, columns).await;
+    assert_eq!(winner.len(), 1, "the winner's one column");
+    for client in [&c1, &c2, &c3] {
         wait_until(client, columns, "the winner's table", |r| r == winner).await;
     }
 
