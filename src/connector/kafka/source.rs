@@ -272,18 +272,23 @@ impl Marks {
 }
 
 /// One partition's messages, read into rows.
+/// An event-time clock (partition, source partition or -1) and the
+/// watermark a read's rows imply for it.
+type ClockMark = ((i32, i32), Option<i64>);
+
 struct Read {
     partition: i32,
     /// The offset after the last message taken.
     next: i64,
     rows: Vec<Row>,
-    /// The highest watermark the rows imply.
-    mark: Option<i64>,
+    /// The highest watermark the rows imply, per event-time clock.
+    marks: Vec<ClockMark>,
     bad: Vec<BadMessage>,
     /// The message that stops the source (`on_error = 'fail'`).
     fatal: Option<String>,
-    /// That message's offset in the source topic.
-    stop: Option<i64>,
+    /// From the stop on, per source partition, the first offset in the
+    /// source topic left unread.
+    unread: BTreeMap<i32, i64>,
 }
 
 impl Reader {
@@ -443,47 +448,38 @@ impl Reader {
         }
         let mut producers = Vec::new();
         let messages = self.drop_repeats(messages, &mut producers)?;
-        // Event time advances per source partition: a rows partition
-        // brings several, each in its own order.
-        let mut by_partition: BTreeMap<(i32, i32), Vec<OwnedMessage>> = BTreeMap::new();
+        let mut by_partition: BTreeMap<i32, Vec<OwnedMessage>> = BTreeMap::new();
         for message in messages {
-            let from = match self.origins {
-                Some(_) => self.place(&message).0,
-                None => -1,
-            };
             by_partition
-                .entry((message.partition(), from))
+                .entry(message.partition())
                 .or_default()
                 .push(message);
         }
         let mut reads = Vec::with_capacity(by_partition.len());
-        for (clock, messages) in by_partition {
-            reads.push((clock, self.read(clock.0, &messages).await?));
+        for (partition, messages) in by_partition {
+            reads.push(self.read(partition, &messages).await?);
         }
         let bad: Vec<BadMessage> = reads
             .iter_mut()
-            .flat_map(|(_, r)| std::mem::take(&mut r.bad))
+            .flat_map(|r| std::mem::take(&mut r.bad))
             .collect();
         Progress::count(&progress.errors, bad.len() as u64);
         // Kept before the rows commit: after a crash a bad message may be listed twice, never lost.
         let now = self.node.clock.now().timestamp_micros();
         errors::record(&self.node.writer, &self.errors, &bad, now).await?;
-        let fatal = reads.iter().find_map(|(_, r)| r.fatal.clone());
+        let fatal = reads.iter().find_map(|r| r.fatal.clone());
         // One write for the whole round, as SPEC's "a batch read from a
         // source": its rows are judged against the watermark from before it.
         let mut rows = Vec::new();
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
-        let mut stops = Vec::new();
-        for (clock, read) in reads {
-            self.marks.observe(clock, read.mark);
-            let at = next.entry(read.partition).or_insert(read.next);
-            *at = (*at).max(read.next);
-            if let Some(stop) = read.stop {
-                stops.push((clock, read.next, stop));
+        for read in reads {
+            for (clock, mark) in read.marks {
+                self.marks.observe(clock, mark);
             }
+            next.insert(read.partition, read.next);
+            self.keep_unread(read.partition, &read.unread, &mut producers);
             rows.extend(read.rows);
         }
-        self.keep_unread(&stops, &mut next, &mut producers);
         for (partition, next) in &next {
             producers.push((self.position_id(*partition), *next as u64));
         }
@@ -506,26 +502,21 @@ impl Reader {
     }
 
     /// A message that stops the source leaves itself and what came after
-    /// it in its group unread: its rows partition is read again from it,
-    /// and the source partition's mark goes back to it, so that only the
-    /// other groups' messages count as repeats then.
+    /// it in its rows partition unread: the partition is read again from
+    /// it, and each source partition's mark goes back to its first
+    /// message left unread, so that only what was written counts as a
+    /// repeat then.
     fn keep_unread(
         &self,
-        stops: &[((i32, i32), i64, i64)],
-        next: &mut BTreeMap<i32, i64>,
+        partition: i32,
+        unread: &BTreeMap<i32, i64>,
         producers: &mut Vec<(String, u64)>,
     ) {
-        for ((partition, from), at, stop) in stops {
-            next.entry(*partition)
-                .and_modify(|n| *n = (*n).min(*at))
-                .or_insert(*at);
-            if self.origins.is_none() {
-                continue;
-            }
-            let id = super::shuffle::origin_id(self.table.def.id, *partition, *from);
+        for (from, offset) in unread {
+            let id = super::shuffle::origin_id(self.table.def.id, partition, *from);
             match producers.iter_mut().find(|(p, _)| *p == id) {
-                Some(entry) => entry.1 = *stop as u64,
-                None => producers.push((id, *stop as u64)),
+                Some(entry) => entry.1 = *offset as u64,
+                None => producers.push((id, *offset as u64)),
             }
         }
     }
@@ -548,7 +539,6 @@ impl Reader {
         failed.sort_by_key(|(i, _)| *i);
         let mut bad = Vec::new();
         let mut fatal = None;
-        let mut stop = None;
         let mut take = messages.len();
         for (index, why) in &failed {
             let message = &messages[*index];
@@ -556,7 +546,6 @@ impl Reader {
             match &self.options.on_error {
                 OnError::Fail => {
                     let (partition, offset) = self.place(message);
-                    stop = Some(offset);
                     fatal = Some(format!(
                         "topic \"{}\" partition {partition} offset {offset}: {why}",
                         self.options.client.topic,
@@ -577,20 +566,78 @@ impl Reader {
             0 => messages[0].offset(),
             n => messages[n - 1].offset() + 1,
         };
-        // Value rows are in message order: those before the cut are a prefix.
-        let taken = rows.iter().filter(|r| r.row.is_some()).count();
-        let mark = self
-            .table
-            .watermark_of(&[values.slice(0, taken.min(values.num_rows()))])?;
+        let marks = self.marks_of(partition, messages, &rows, &values)?;
+        let unread = match self.origins {
+            Some(_) => self.first_unread(&messages[take..]),
+            None => BTreeMap::new(),
+        };
         Ok(Read {
             partition,
             next,
             rows,
-            mark,
+            marks,
             bad,
             fatal,
-            stop,
+            unread,
         })
+    }
+
+    /// The watermark the taken rows imply, per event-time clock: the
+    /// partition's, or, for a rows partition, each source partition's in
+    /// it, since each brings its own rows in their order.
+    fn marks_of(
+        &self,
+        partition: i32,
+        messages: &[OwnedMessage],
+        rows: &[Row],
+        values: &RecordBatch,
+    ) -> std::result::Result<Vec<ClockMark>, Failure> {
+        // Value rows are in message order: those before the cut are a prefix.
+        let valued: Vec<usize> = rows
+            .iter()
+            .filter(|r| r.row.is_some())
+            .map(|r| r.index)
+            .collect();
+        let taken = valued.len().min(values.num_rows());
+        if self.origins.is_none() {
+            let mark = self.table.watermark_of(&[values.slice(0, taken)])?;
+            return Ok(vec![((partition, -1), mark)]);
+        }
+        let mut by_origin: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
+        for message in messages {
+            by_origin.entry(self.place(message).0).or_default();
+        }
+        for (n, index) in valued.iter().take(taken).enumerate() {
+            let from = self.place(&messages[*index]).0;
+            by_origin.entry(from).or_default().push(n as u32);
+        }
+        let mut marks = Vec::with_capacity(by_origin.len());
+        for (from, indices) in by_origin {
+            let mark = match indices.is_empty() || self.table.def.watermark.is_none() {
+                true => None,
+                false => {
+                    let indices = datafusion::arrow::array::UInt32Array::from(indices);
+                    let picked = datafusion::arrow::compute::take_record_batch(values, &indices)
+                        .map_err(Error::from)?;
+                    self.table.watermark_of(&[picked])?
+                }
+            };
+            marks.push(((partition, from), mark));
+        }
+        Ok(marks)
+    }
+
+    /// Per source partition, the first offset among `unread` messages.
+    fn first_unread(&self, unread: &[OwnedMessage]) -> BTreeMap<i32, i64> {
+        let mut first = BTreeMap::new();
+        for message in unread {
+            let (from, offset) = self.place(message);
+            first
+                .entry(from)
+                .and_modify(|o: &mut i64| *o = (*o).min(offset))
+                .or_insert(offset);
+        }
+        first
     }
 
     /// Where a message was in the source's topic.
