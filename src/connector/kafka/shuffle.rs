@@ -53,6 +53,24 @@ const TICK: Duration = Duration::from_secs(1);
 /// a rebalance revokes and assigns in quick steps.
 const SETTLE: Duration = Duration::from_millis(500);
 
+/// Where a round's messages end in each partition: one entry a partition,
+/// since each entry added is a search of the list by name.
+fn reached(
+    topic: &str,
+    messages: &[OwnedMessage],
+) -> std::result::Result<TopicPartitionList, Failure> {
+    let mut next: HashMap<i32, i64> = HashMap::new();
+    for message in messages {
+        let at = next.entry(message.partition()).or_default();
+        *at = (*at).max(message.offset() + 1);
+    }
+    let mut list = TopicPartitionList::with_capacity(next.len());
+    for (partition, offset) in next {
+        list.add_partition_offset(topic, partition, Offset::Offset(offset))?;
+    }
+    Ok(list)
+}
+
 /// The consumer group whose offsets say how far this cluster's feeds
 /// have relayed split source `table`, on the source's Kafka.
 fn feed_group(cluster: &str, table: u64) -> String {
@@ -269,15 +287,7 @@ impl Relay<'_> {
                     Failure::Transient(format!("rows topic: {}", super::message(&e)))
                 })?;
             }
-            let mut done = TopicPartitionList::new();
-            for message in &messages {
-                done.add_partition_offset(
-                    source,
-                    message.partition(),
-                    Offset::Offset(message.offset() + 1),
-                )?;
-            }
-            consumer.commit(&done, CommitMode::Async)?;
+            consumer.commit(&reached(source, &messages)?, CommitMode::Async)?;
         }
     }
 
