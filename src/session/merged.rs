@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
-use datafusion::arrow::compute::concat_batches;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::StreamWriter;
@@ -248,22 +247,7 @@ impl Merged {
     }
 
     fn take(&mut self, max: usize) -> Result<RecordBatch> {
-        let mut out = Vec::new();
-        let mut left = max.max(1);
-        while left > 0 {
-            let Some(batch) = self.ready.pop_front() else {
-                break;
-            };
-            if batch.num_rows() > left {
-                self.ready
-                    .push_front(batch.slice(left, batch.num_rows() - left));
-                out.push(batch.slice(0, left));
-                break;
-            }
-            left -= batch.num_rows();
-            out.push(batch);
-        }
-        Ok(concat_batches(&self.schema, &out)?)
+        super::handlers::subscribe::take_rows(&self.schema, &mut self.ready, max.max(1))
     }
 }
 

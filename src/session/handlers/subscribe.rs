@@ -238,7 +238,8 @@ fn rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Output {
     }
 }
 
-fn take_rows(
+/// Up to `max` rows off the front of `queue`, as one batch.
+pub(crate) fn take_rows(
     schema: &SchemaRef,
     queue: &mut VecDeque<RecordBatch>,
     max: usize,
