@@ -135,10 +135,7 @@ impl std::fmt::Debug for Merged {
 
 impl Drop for Merged {
     fn drop(&mut self) {
-        // A remote leg's node stops when its connection goes.
-        for leg in &self.legs {
-            leg.abort();
-        }
+        self.stop_legs();
     }
 }
 
@@ -235,15 +232,20 @@ impl Merged {
                 Frame::Rows(rows) => self.ready.push_back(rows),
                 Frame::Failed(e) => {
                     self.ended = Some(e.to_string());
-                    for leg in &self.legs {
-                        leg.abort();
-                    }
+                    self.stop_legs();
                     return Err(e);
                 }
                 Frame::Ready | Frame::Alive => {}
             }
         }
         self.take(max)
+    }
+
+    /// A remote leg's node stops when its connection goes.
+    fn stop_legs(&self) {
+        for leg in &self.legs {
+            leg.abort();
+        }
     }
 
     fn take(&mut self, max: usize) -> Result<RecordBatch> {
@@ -278,11 +280,19 @@ pub async fn run_leg(
     tx: mpsc::Sender<(usize, Frame)>,
 ) {
     let built = partitioned::builds(engine, view.def.table.id);
-    let key = partitioned::partition_key(engine, view);
+    // The part holds other partitions' groups only while the address book
+    // lags the group; a build since ends the leg, so this holds throughout.
+    let key = match partitioned::built_for(engine, view.def.table.id) {
+        Ok(Some(all)) if all.partitions == owned.partitions => None,
+        _ => Some(partitioned::partition_key(engine, view)),
+    };
     let keep = |batch: Result<RecordBatch>| -> Result<RecordBatch> {
         let batch = batch?;
         partitioned::still_built(engine, view, &owned.partitions, built)?;
-        keep_owned_changes(&batch, &key, &owned)
+        match &key {
+            Some(key) => keep_owned_changes(&batch, key, &owned),
+            None => Ok(batch),
+        }
     };
     let opened = partitioned::still_built(engine, view, &owned.partitions, built)
         .and_then(|()| Subscription::open(&engine.node, view.table.clone(), options));
@@ -499,25 +509,12 @@ pub fn changes_for_peer(
     id: &str,
     query: &str,
 ) -> Result<mpsc::Receiver<(usize, Frame)>> {
-    let mut token = "";
-    let mut wanted = String::new();
-    let mut options = Options::default();
-    for (name, value) in query.split('&').filter_map(|p| p.split_once('=')) {
-        match name {
-            "token" => token = value,
-            "p" => wanted = value.to_string(),
-            "snapshot" => options.snapshot = value == "true",
-            "pace" => options.pace = pace(value)?,
-            _ => {}
-        }
-    }
-    let (view, owned) = partitioned::peer_request(engine, id, token, &wanted)?;
-    partitioned::still_built(
-        engine,
-        &view,
-        &owned.partitions,
-        partitioned::builds(engine, view.def.table.id),
-    )?;
+    let (view, owned) = partitioned::peer_request(engine, id, query)?;
+    let options = Options {
+        snapshot: partitioned::param(query, "snapshot").is_none_or(|v| v == "true"),
+        pace: pace(partitioned::param(query, "pace").unwrap_or("changes"))?,
+        ..Options::default()
+    };
     let (tx, rx) = mpsc::channel(AHEAD);
     let engine = engine.clone();
     engine

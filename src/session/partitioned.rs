@@ -193,7 +193,7 @@ pub fn owned_for_build(engine: &Engine, view: &View) -> Result<Option<Owned>> {
 
 /// The partitions a view's state, or a split source's log, was built
 /// for, as stored beside it.
-fn built_for(engine: &Engine, id: u64) -> Result<Option<Owned>> {
+pub(super) fn built_for(engine: &Engine, id: u64) -> Result<Option<Owned>> {
     let db = engine.store.db();
     let stored = db.get_cf(cf(db, CF_STATE), keys::owned_partitions_key(id))?;
     Ok(stored.and_then(|bytes| Owned::decode(&bytes)))
@@ -419,17 +419,7 @@ fn answers_for(engine: &Engine, view: &View, wanted: &[u32]) -> Result<()> {
 /// This node's partitions of view `id`'s rows as an Arrow stream, for the
 /// peer whose request's query is `token=T&p=0,1,2`.
 pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> {
-    let mut token = "";
-    let mut wanted = "";
-    for (name, value) in query.split('&').filter_map(|p| p.split_once('=')) {
-        match name {
-            "token" => token = value,
-            "p" => wanted = value,
-            _ => {}
-        }
-    }
-    let (view, owned) = peer_request(engine, id, token, wanted)?;
-    answers_for(engine, &view, &owned.partitions)?;
+    let (view, owned) = peer_request(engine, id, query)?;
     let table = &view.table;
     let rows = all_rows(table, &engine.store.read_view())?;
     let mut out = Vec::new();
@@ -446,16 +436,21 @@ pub fn rows_for_peer(engine: &Engine, id: &str, query: &str) -> Result<Vec<u8>> 
     Ok(out)
 }
 
-/// A peer's request for partitions `wanted` (`0,1,2`) of view `id`: the
+/// The value of `name` in a request's query (`token=T&p=0,1,2`).
+pub(super) fn param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .find_map(|(key, value)| (key == name).then_some(value))
+}
+
+/// A peer's request (`token=T&p=0,1,2`) for partitions of view `id`: the
 /// view and the partitions, once the peer's token shows it is of this
-/// cluster.
-pub(super) fn peer_request(
-    engine: &Engine,
-    id: &str,
-    token: &str,
-    wanted: &str,
-) -> Result<(Arc<View>, Owned)> {
-    let partitions = wanted
+/// cluster and this node's part of the view answers for them.
+pub(super) fn peer_request(engine: &Engine, id: &str, query: &str) -> Result<(Arc<View>, Owned)> {
+    let token = param(query, "token").unwrap_or_default();
+    let partitions = param(query, "p")
+        .unwrap_or_default()
         .split(',')
         .filter(|p| !p.is_empty())
         .map(|p| p.parse::<u32>())
@@ -476,7 +471,9 @@ pub(super) fn peer_request(
         count: replication.cluster.partitions,
         partitions,
     };
-    Ok((partitioned_view(engine, id)?, owned))
+    let view = partitioned_view(engine, id)?;
+    answers_for(engine, &view, &owned.partitions)?;
+    Ok((view, owned))
 }
 
 /// How many times this node has started building view `id`: a change

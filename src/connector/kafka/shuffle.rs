@@ -25,6 +25,7 @@ use datafusion::arrow::datatypes::Schema;
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::types::RDKafkaErrorCode;
@@ -85,36 +86,40 @@ pub async fn forget(table: &Table, share: &Share) {
     let id = table.def.id;
     let options = AdminOptions::new().operation_timeout(Some(REQUEST_TIMEOUT));
     let rows = rows_topic(&share.cluster, id);
-    let admin: Result<AdminClient<DefaultClientContext>, _> =
-        crate::cluster::client_config(&share.kafka).create();
-    match admin {
-        Ok(admin) => match admin.delete_topics(&[&rows], &options).await {
-            Ok(results) => log_refusals(results, "rows topic"),
-            Err(e) => {
-                tracing::warn!(topic = %rows, cause = %e, "cannot delete a dropped split source's rows topic")
-            }
-        },
-        Err(e) => tracing::warn!(cause = %e, "cannot make a Kafka client"),
-    }
+    let deleted = match admin(crate::cluster::client_config(&share.kafka)) {
+        Ok(admin) => admin.delete_topics(&[&rows], &options).await,
+        Err(e) => Err(e),
+    };
+    report(deleted, "rows topic", &rows);
     let Ok(source) = options_of(table) else {
         return;
     };
     let group = feed_group(&share.cluster, id);
-    let admin: Result<AdminClient<DefaultClientContext>, _> = source.client.config().create();
-    match admin {
-        Ok(admin) => match admin.delete_groups(&[&group], &options).await {
-            Ok(results) => log_refusals(results, "feed group"),
-            Err(e) => {
-                tracing::warn!(group = %group, cause = %e, "cannot delete a dropped split source's feed group")
-            }
-        },
-        Err(e) => tracing::warn!(cause = %e, "cannot make a Kafka client"),
-    }
+    let deleted = match admin(source.client.config()) {
+        Ok(admin) => admin.delete_groups(&[&group], &options).await,
+        Err(e) => Err(e),
+    };
+    report(deleted, "feed group", &group);
+}
+
+fn admin(config: rdkafka::ClientConfig) -> KafkaResult<AdminClient<DefaultClientContext>> {
+    config.create()
 }
 
 /// Gone already, or still used by a node that has not dropped the source
 /// yet: both are expected.
-fn log_refusals(results: Vec<Result<String, (String, RDKafkaErrorCode)>>, what: &str) {
+fn report(
+    deleted: KafkaResult<Vec<Result<String, (String, RDKafkaErrorCode)>>>,
+    what: &str,
+    name: &str,
+) {
+    let results = match deleted {
+        Ok(results) => results,
+        Err(e) => {
+            tracing::warn!(%name, cause = %e, "cannot delete a dropped split source's {what}");
+            return;
+        }
+    };
     for (name, code) in results.into_iter().filter_map(|r| r.err()) {
         match code {
             RDKafkaErrorCode::UnknownTopicOrPartition

@@ -271,11 +271,14 @@ impl Marks {
     }
 }
 
-/// One partition's messages, read into rows.
+/// Per (rows partition, source partition), the source offset read next.
+type Origins = BTreeMap<(i32, i32), i64>;
+
 /// An event-time clock (partition, source partition or -1) and the
 /// watermark a read's rows imply for it.
 type ClockMark = ((i32, i32), Option<i64>);
 
+/// One partition's messages, read into rows.
 struct Read {
     partition: i32,
     /// The offset after the last message taken.
@@ -394,18 +397,18 @@ impl Reader {
 
     /// Drops the messages already written, by their place in the source:
     /// a feed that restarts sends again what it sent after its last
-    /// commit. The positions that record what is kept go with the write.
+    /// commit. Also where each (rows partition, source partition) now
+    /// reads on, to record with the write.
     fn drop_repeats(
         &mut self,
         messages: Vec<OwnedMessage>,
-        producers: &mut Vec<(String, u64)>,
-    ) -> std::result::Result<Vec<OwnedMessage>, Failure> {
+    ) -> std::result::Result<(Vec<OwnedMessage>, Origins), Failure> {
+        let mut moved = BTreeMap::new();
         let Some(origins) = self.origins.as_mut() else {
-            return Ok(messages);
+            return Ok((messages, moved));
         };
         let db = self.node.store.db();
         let table = self.table.def.id;
-        let mut moved = BTreeMap::new();
         let mut kept = Vec::with_capacity(messages.len());
         for message in messages {
             let Some((from, offset)) = super::shuffle::origin(&message) else {
@@ -426,13 +429,7 @@ impl Reader {
                 kept.push(message);
             }
         }
-        for ((partition, from), next) in moved {
-            producers.push((
-                super::shuffle::origin_id(table, partition, from),
-                next as u64,
-            ));
-        }
-        Ok(kept)
+        Ok((kept, moved))
     }
 
     /// Write the messages, each partition's as one write with its position;
@@ -446,8 +443,7 @@ impl Reader {
         for message in &messages {
             reached.insert(message.partition(), message.offset() + 1);
         }
-        let mut producers = Vec::new();
-        let messages = self.drop_repeats(messages, &mut producers)?;
+        let (messages, mut moved) = self.drop_repeats(messages)?;
         let mut by_partition: BTreeMap<i32, Vec<OwnedMessage>> = BTreeMap::new();
         for message in messages {
             by_partition
@@ -477,9 +473,23 @@ impl Reader {
                 self.marks.observe(clock, mark);
             }
             next.insert(read.partition, read.next);
-            self.keep_unread(read.partition, &read.unread, &mut producers);
+            // What a stop left unread is read again after a restart, not
+            // taken for a repeat.
+            for (from, offset) in read.unread {
+                moved.insert((read.partition, from), offset);
+            }
             rows.extend(read.rows);
         }
+        let table = self.table.def.id;
+        let mut producers: Vec<(String, u64)> = moved
+            .into_iter()
+            .map(|((partition, from), next)| {
+                (
+                    super::shuffle::origin_id(table, partition, from),
+                    next as u64,
+                )
+            })
+            .collect();
         for (partition, next) in &next {
             producers.push((self.position_id(*partition), *next as u64));
         }
@@ -498,26 +508,6 @@ impl Reader {
             // Repeats dropped whole still move the partition on.
             None if self.origins.is_some() => Ok(reached.into_iter().collect()),
             None => Ok(positions),
-        }
-    }
-
-    /// A message that stops the source leaves itself and what came after
-    /// it in its rows partition unread: the partition is read again from
-    /// it, and each source partition's mark goes back to its first
-    /// message left unread, so that only what was written counts as a
-    /// repeat then.
-    fn keep_unread(
-        &self,
-        partition: i32,
-        unread: &BTreeMap<i32, i64>,
-        producers: &mut Vec<(String, u64)>,
-    ) {
-        for (from, offset) in unread {
-            let id = super::shuffle::origin_id(self.table.def.id, partition, *from);
-            match producers.iter_mut().find(|(p, _)| *p == id) {
-                Some(entry) => entry.1 = *offset as u64,
-                None => producers.push((id, *offset as u64)),
-            }
         }
     }
 
@@ -603,13 +593,11 @@ impl Reader {
             let mark = self.table.watermark_of(&[values.slice(0, taken)])?;
             return Ok(vec![((partition, -1), mark)]);
         }
-        let mut by_origin: BTreeMap<i32, Vec<u32>> = BTreeMap::new();
-        for message in messages {
-            by_origin.entry(self.place(message).0).or_default();
-        }
+        let froms: Vec<i32> = messages.iter().map(|m| self.place(m).0).collect();
+        let mut by_origin: BTreeMap<i32, Vec<u32>> =
+            froms.iter().map(|from| (*from, Vec::new())).collect();
         for (n, index) in valued.iter().take(taken).enumerate() {
-            let from = self.place(&messages[*index]).0;
-            by_origin.entry(from).or_default().push(n as u32);
+            by_origin.entry(froms[*index]).or_default().push(n as u32);
         }
         let mut marks = Vec::with_capacity(by_origin.len());
         for (from, indices) in by_origin {
