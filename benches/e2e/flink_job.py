@@ -37,7 +37,7 @@ import ingest  # noqa: E402  (benches/ingest.py: /proc helpers)
 import queries as Q  # noqa: E402
 
 FLINK_TYPES = {"BIGINT": "BIGINT", "VARCHAR": "STRING", "TIMESTAMP": "TIMESTAMP(3)"}
-SINK_TYPES = {"i": "BIGINT", "d": "DECIMAL(23, 3)", "s": "STRING", "t": "TIMESTAMP(3)"}
+SINK_TYPES = {"i": "BIGINT", "d": "DECIMAL(23, 3)", "s": "STRING", "t": "TIMESTAMP(3)", "a": "BIGINT"}
 
 
 def environment(mode: str, parallelism: int, scratch: str):

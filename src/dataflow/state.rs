@@ -196,6 +196,32 @@ impl EpochState {
         }
     }
 
+    /// [`EpochState::get`] of many keys, those not written this epoch read
+    /// from RocksDB in one sorted batch.
+    pub fn get_many(&self, keys: &[Vec<u8>]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut out = vec![None; keys.len()];
+        let mut stored: Vec<usize> = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            match self.writes.get(key) {
+                Some(pending) => out[i] = pending.clone(),
+                None => stored.push(i),
+            }
+        }
+        stored.sort_unstable_by(|a, b| keys[*a].cmp(&keys[*b]));
+        let family = cf(&self.db, CF_STATE);
+        let found = self
+            .db
+            .batched_multi_get_cf(family, stored.iter().map(|i| &keys[*i]), true);
+        for (i, value) in stored.into_iter().zip(found) {
+            let value = value?.map(|v| v.to_vec());
+            out[i] = match self.adds.get(&keys[i]) {
+                Some(delta) => added(value.as_deref(), *delta)?,
+                None => value,
+            };
+        }
+        Ok(out)
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.count(key.len() + value.len());
         self.adds.remove(&key);

@@ -47,6 +47,7 @@ use crate::state::rows::projected::Projection;
 mod closed_over;
 mod derived_scans;
 mod join_bounds;
+mod ranked;
 mod sliced;
 
 pub struct Planner<'a> {
@@ -305,6 +306,9 @@ impl<'a> Planner<'a> {
                 ))
             }
             LogicalPlan::Filter(f) => {
+                if let Some(node) = self.ranked(f)? {
+                    return Ok(node);
+                }
                 let mut node = self.node(&f.input)?;
                 let (plain, sliding) = crate::sql::temporal::split(&f.predicate)?;
                 if let Some(plain) = plain {
@@ -1181,11 +1185,12 @@ impl<'a> Planner<'a> {
                 "{expr} is not supported in a materialized view"
             )));
         };
-        if params.filter.is_some() || !params.order_by.is_empty() {
+        if !params.order_by.is_empty() {
             return Err(Error::NotSupported(format!(
-                "FILTER and ORDER BY inside aggregates are not supported in a materialized view: {expr}"
+                "ORDER BY inside aggregates is not supported in a materialized view: {expr}"
             )));
         }
+        let filter = params.filter.as_deref();
         let kind = match (func.name().to_lowercase().as_str(), params.distinct) {
             ("count", false) => AggKind::Count,
             ("count", true) => AggKind::CountDistinct,
@@ -1193,7 +1198,7 @@ impl<'a> Planner<'a> {
             ("avg", false) | ("mean", false) => AggKind::Avg,
             ("min", _) => AggKind::Min,
             ("max", _) => AggKind::Max,
-            _ if append_only => {
+            _ if append_only && filter.is_none() => {
                 return self.accumulator(func, &params.args, params.distinct, schema);
             }
             (name, distinct) => {
@@ -1222,8 +1227,13 @@ impl<'a> Planner<'a> {
                 (AggKind::CountStar, None)
             }
             (AggKind::Count, None) => (AggKind::CountStar, None),
-            (kind, arg) => (kind, arg),
+            (kind, arg) => (kind, arg.cloned()),
         };
+        let (kind, arg) = match filter {
+            None => (kind, arg),
+            Some(filter) => filtered(kind, arg, filter)?,
+        };
+        let arg = arg.as_ref();
         let arg_type = match arg {
             Some(arg) => arg.get_type(schema)?,
             None => DataType::Null,
@@ -1231,7 +1241,8 @@ impl<'a> Planner<'a> {
         let exact = arg_type.is_integer()
             || arg_type.is_floating()
             || matches!(arg_type, DataType::Decimal128(..));
-        if matches!(kind, AggKind::Sum | AggKind::Avg) && !exact && append_only {
+        if matches!(kind, AggKind::Sum | AggKind::Avg) && !exact && append_only && filter.is_none()
+        {
             return self.accumulator(func, &params.args, params.distinct, schema);
         }
         if matches!(kind, AggKind::Sum | AggKind::Avg)
@@ -1505,4 +1516,21 @@ fn unique_key(plan: &LogicalPlan) -> Option<Vec<usize>> {
         LogicalPlan::Filter(f) => unique_key(&f.input),
         _ => None,
     }
+}
+
+/// `agg(x) FILTER (WHERE c)` as `agg(CASE WHEN c THEN x END)`: each of the
+/// kinds kept natively skips NULLs, so a row the filter turns away counts
+/// as a NULL argument; `count(*)` becomes a count of a constant.
+fn filtered(kind: AggKind, arg: Option<Expr>, filter: &Expr) -> Result<(AggKind, Option<Expr>)> {
+    let (kind, value) = match (kind, arg) {
+        (AggKind::CountStar, _) => (AggKind::Count, datafusion::logical_expr::lit(1i64)),
+        (kind, Some(arg)) => (kind, arg),
+        (_, None) => {
+            return Err(Error::Internal(
+                "an aggregate with FILTER and no argument".into(),
+            ));
+        }
+    };
+    let case = datafusion::logical_expr::when(filter.clone(), value).end()?;
+    Ok((kind, Some(case)))
 }

@@ -9,6 +9,7 @@ pub mod lookup;
 pub mod materialize;
 pub mod over;
 pub mod project;
+pub mod rank;
 pub mod session;
 pub mod sliding;
 pub mod union;

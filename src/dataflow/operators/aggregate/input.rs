@@ -76,7 +76,7 @@ impl Aggregate {
     fn fold_inputs(&mut self, inputs: &[Input], slots: &[u32], diffs: &[i64]) {
         // One aggregate at a time over the whole batch: the match on the
         // input's kind is decided once, not once a row.
-        let mut values: FastMap<(usize, u32, &[u8]), i64> = FastMap::default();
+        let mut values: FastMap<(usize, u32), FastMap<&[u8], i64>> = FastMap::default();
         for (a, input) in inputs.iter().enumerate() {
             input.apply(a, slots, diffs, &mut self.groups_cache);
             let Input::Values { valid, rows } = input else {
@@ -96,13 +96,18 @@ impl Aggregate {
                         let held = &mut self.groups_cache.get_mut(*slot).state.slots[a];
                         track_extreme(held, value, diffs[row], spec.kind);
                     }
-                    *values.entry((a, *slot, value)).or_insert(0) += diffs[row];
+                    let held = values.entry((a, *slot)).or_default();
+                    *held.entry(value).or_insert(0) += diffs[row];
                 }
             }
         }
-        for ((a, slot, value), delta) in values {
+        // The group's key is copied once a group, not once a value.
+        for ((a, slot), changes) in values {
             let group = self.groups_cache.get(slot).key.to_vec();
-            *self.multiset.entry((a, group, value.to_vec())).or_insert(0) += delta;
+            let held = self.multiset.entry((a, group)).or_default();
+            for (value, delta) in changes {
+                *held.entry(value.to_vec()).or_insert(0) += delta;
+            }
         }
     }
 

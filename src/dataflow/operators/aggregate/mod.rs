@@ -137,8 +137,11 @@ pub struct Aggregate {
     floor: Vec<u8>,
     /// Most groups kept in memory.
     cache_limit: usize,
-    /// Pending multiset changes: (aggregate, group key, value) -> weight.
-    multiset: FastMap<(usize, Vec<u8>, Vec<u8>), i64>,
+    /// Pending multiset changes: (aggregate, group key) -> value -> weight.
+    multiset: FastMap<(usize, Vec<u8>), FastMap<Vec<u8>, i64>>,
+    /// count(DISTINCT) multiplicities this epoch set, per (aggregate,
+    /// group), written as the epoch ends.
+    distinct: FastMap<(usize, Vec<u8>), FastMap<Vec<u8>, i64>>,
     /// The last watermark: windows closing by it are final.
     closed_to: Option<i64>,
 }
@@ -199,6 +202,7 @@ impl Aggregate {
             floor: Vec::new(),
             cache_limit: CACHE_GROUPS,
             multiset: FastMap::default(),
+            distinct: FastMap::default(),
             closed_to: None,
         })
     }
@@ -264,7 +268,9 @@ impl Operator for Aggregate {
             // The single group of a global aggregate exists from the start.
             self.slot(&[], cx)?;
         }
-        self.flush(cx, true)
+        self.flush(cx, true)?;
+        self.write_distinct(cx);
+        Ok(())
     }
 
     fn on_watermark(&mut self, wm: Watermark, cx: &mut Context<'_>) -> Result<Option<Watermark>> {

@@ -116,7 +116,7 @@ impl Aggregate {
     /// note the ones that changed, and write the groups back; a group whose window has
     /// `closed` has its state deleted instead.
     pub(super) fn emit_rows(
-        &self,
+        &mut self,
         groups: &mut impl Held,
         which: &[usize],
         closed: bool,

@@ -282,3 +282,48 @@ fn windows_close_alike_whether_their_groups_stayed_in_memory_or_not() {
     };
     assert_eq!(run(4), run(CACHE_GROUPS));
 }
+
+/// count(DISTINCT) of the second column per group of the first.
+fn distinct_by_group(cache_limit: usize) -> Aggregate {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("g", DataType::Utf8, true),
+        Field::new("d", DataType::Int64, false),
+    ]));
+    let spec = AggSpec {
+        append_only: false,
+        kind: AggKind::CountDistinct,
+        arg: Some(Arc::new(Column::new("v", 1))),
+        arg_type: DataType::Int64,
+        accumulator: None,
+    };
+    let mut op = Aggregate::new(
+        vec![Arc::new(Column::new("g", 0))],
+        vec![DataType::Utf8],
+        vec![spec],
+        schema,
+    )
+    .expect("aggregate");
+    op.cache_limit = cache_limit;
+    op
+}
+
+#[test]
+fn distinct_values_count_once_across_epochs_flushes_and_restarts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    // A cache of one group flushes in the middle of every epoch.
+    let mut op = distinct_by_group(1);
+    let first = epoch(&mut op, &store, pretty("T I", "+ a 1\n+ b 1\n+ a 1\n+ a 2"));
+    assert_eq!(first, vec!["+1 a 2", "+1 b 1"]);
+    let mut restarted = distinct_by_group(1);
+    let second = epoch(&mut restarted, &store, pretty("T I", "+ a 2\n+ b 3\n- a 1"));
+    assert_eq!(second, vec!["+1 b 2", "-1 b 1"]);
+    // The second 1 of a goes: a keeps only 2.
+    let third = epoch(&mut restarted, &store, pretty("T I", "- a 1"));
+    assert_eq!(third, vec!["+1 a 1", "-1 a 2"]);
+    // A group that empties forgets its values; coming back, it counts anew.
+    let fourth = epoch(&mut restarted, &store, pretty("T I", "- a 2\n- a 2"));
+    assert_eq!(fourth, vec!["-1 a 1"]);
+    let fifth = epoch(&mut restarted, &store, pretty("T I", "+ a 2"));
+    assert_eq!(fifth, vec!["+1 a 1"]);
+}

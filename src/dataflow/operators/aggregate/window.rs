@@ -58,7 +58,7 @@ impl Aggregate {
     /// lie, then drop them: moving each out of the slab first cost a copy
     /// of every closing group.
     fn close_groups(
-        &self,
+        &mut self,
         groups: &mut Groups,
         watermark: i64,
         out: &mut Changes,
