@@ -11,8 +11,17 @@ keep `extra`, q1 is `0.908 * price` (a DECIMAL), q2 `auction % 123 = 0`,
 q5 the full hot-items query (counts per auction per HOP window, the
 maximum per window, joined back with `num >= maxn`), q7 the highest bid
 with `BETWEEN window_end - 10 s AND window_end`; q7_tumble is q7's inner
-windowed aggregate on its own. `ingest` is weir only: the same COPY into
-the table with no view, the baseline of what the views add.
+windowed aggregate on its own. Of q11-q22, those that read bids alone:
+q11 (bids per bidder per SESSION, 10 s gap), q15-q17 (counts by price
+rank per day, per channel and day, per auction and day, with `FILTER`
+and `count(DISTINCT)`), q18 (each bidder's latest bid per auction) and
+q19 (the ten highest bids per auction) by `row_number()`, q21 (a
+channel id by CASE and a regular expression) and q22 (URL directories).
+q18 and q19 are checked on the columns the input determines (ties of
+time or price leave the rest to the engine), q17's average by its integer
+part (Flink's average of a BIGINT is one). `ingest` is weir only: the
+same COPY into the table with no view, the baseline of what the views
+add.
 
 1. Input, once per event count (cached in --workdir as events-N/bid.csv).
    A weir node generates the events with `CREATE SOURCE bid WITH

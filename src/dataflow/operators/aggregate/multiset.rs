@@ -100,7 +100,12 @@ impl Aggregate {
             for (value, delta) in values {
                 let old = match held.get(&value) {
                     Some(count) => *count,
-                    None => stored.remove(&value).unwrap_or(0),
+                    None => {
+                        // Held until the barrier: counted as a pending write,
+                        // so the epoch ends before memory grows past its budget.
+                        cx.state.account(group.len() + value.len() + 32);
+                        stored.remove(&value).unwrap_or(0)
+                    }
                 };
                 let new = old + delta;
                 held.insert(value, new);
