@@ -194,8 +194,9 @@ def flink_sql(query: str) -> str:
         query, "DATE_FORMAT(date_time, 'yyyy-MM-dd')", "DATE_FORMAT(date_time, 'HH:mm')",
         f"REGEXP_EXTRACT(url, {_CHANNEL_ID}, 2)", lambda i: f"SPLIT_INDEX(url, '/', {i + 2})")
     if more:
-        # DAY is a reserved word in Flink's SQL, as the Nexmark suite quotes it.
-        return more.replace(" AS day,", " AS `day`,")
+        # DAY and MINUTE are reserved words in Flink's SQL; the Nexmark
+        # suite quotes them.
+        return more.replace(" AS day,", " AS `day`,").replace(" AS minute,", " AS `minute`,")
     return _common(query, "MOD(auction, 123)") or _windowed(
         query,
         "TABLE(TUMBLE(TABLE bid, DESCRIPTOR(date_time), INTERVAL '10' SECOND))",

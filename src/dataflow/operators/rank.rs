@@ -33,6 +33,10 @@ use crate::error::{Error, Result};
 /// emptied and partitions are read from state again.
 const CACHE_ROWS: usize = 500_000;
 
+/// Bytes a pending row costs beyond its encodings: two vectors and its
+/// share of the map.
+const ENTRY_OVERHEAD: usize = 64;
+
 /// One kept row: its sort key and the row, both in row format.
 type Entry = (Vec<u8>, Vec<u8>);
 
@@ -245,6 +249,10 @@ impl Operator for Rank {
             .collect::<Result<Vec<ArrayRef>>>()?;
         let sort_keys = self.sort_keys.convert_columns(&sort_columns)?;
         let encoded = self.rows.convert_columns(rows.columns())?;
+        // Held until the barrier: counted as pending writes, so that the
+        // epoch ends before they outgrow its budget.
+        cx.state
+            .account(sort_keys.size() + encoded.size() + count * ENTRY_OVERHEAD);
         for i in 0..count {
             let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
             let entry = (
