@@ -246,7 +246,8 @@ fn decode(converter: &RowConverter, schema: &SchemaRef, rows: &[&[u8]]) -> Resul
     Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
-fn converter(schema: &SchemaRef) -> Result<RowConverter> {
+/// Rows of `schema` in Arrow's row format, every column in its default order.
+pub(crate) fn converter(schema: &SchemaRef) -> Result<RowConverter> {
     let fields = schema
         .fields()
         .iter()

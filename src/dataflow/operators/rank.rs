@@ -27,6 +27,7 @@ use datafusion::physical_expr::{LexOrdering, PhysicalExpr, PhysicalSortExpr};
 
 use crate::dataflow::change::{ChangeBatch, evaluate_all};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::over::converter;
 use crate::error::{Error, Result};
 
 /// Kept rows held in memory across epochs; beyond this the cache is
@@ -76,18 +77,13 @@ impl Rank {
                 Ok(SortField::new_with_options(kind, e.options))
             })
             .collect::<Result<Vec<_>>>()?;
-        let row_fields = input
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
         Ok(Rank {
             partition,
             order,
             limit,
             keys: RowConverter::new(key_fields)?,
             sort_keys: RowConverter::new(sort_fields)?,
-            rows: RowConverter::new(row_fields)?,
+            rows: converter(input)?,
             output,
             pending: HashMap::new(),
             cache: HashMap::new(),
