@@ -291,19 +291,22 @@ impl<'a> Planner<'a> {
         Ok(node)
     }
 
+    /// `p`'s expressions over the node `input`, which computes `p`'s input.
+    fn project(&mut self, p: &datafusion::logical_expr::Projection, input: usize) -> Result<usize> {
+        let exprs = p
+            .expr
+            .iter()
+            .map(|e| self.expr(e, p.input.schema()))
+            .collect::<Result<Vec<_>>>()?;
+        let schema = nullable(p.schema.as_arrow());
+        Ok(self.push(Box::new(Project::new(exprs, schema)), vec![input]))
+    }
+
     fn build_node(&mut self, plan: &LogicalPlan) -> Result<usize> {
         match plan {
             LogicalPlan::Projection(p) => {
                 let input = self.node(&p.input)?;
-                let exprs = p
-                    .expr
-                    .iter()
-                    .map(|e| self.expr(e, p.input.schema()))
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(self.push(
-                    Box::new(Project::new(exprs, arrow_schema(plan))),
-                    vec![input],
-                ))
+                self.project(p, input)
             }
             LogicalPlan::Filter(f) => {
                 if let Some(node) = self.ranked(f)? {
@@ -707,20 +710,7 @@ impl<'a> Planner<'a> {
         plan: &LogicalPlan,
     ) -> Result<usize> {
         let input = self.node(input_plan)?;
-        let schema = input_plan.schema();
-        let order = order
-            .iter()
-            .map(|s| {
-                let expr = self.expr(&s.expr, schema)?;
-                let options = datafusion::arrow::compute::SortOptions {
-                    descending: !s.asc,
-                    nulls_first: s.nulls_first,
-                };
-                Ok(datafusion::physical_expr::PhysicalSortExpr::new(
-                    expr, options,
-                ))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let order = self.sort_exprs(order, input_plan.schema())?;
         let evaluate = Evaluate::TopN { order, skip, fetch };
         let op = Over::new(
             Vec::new(),
@@ -729,6 +719,24 @@ impl<'a> Planner<'a> {
             evaluate,
         )?;
         Ok(self.push(Box::new(op), vec![input]))
+    }
+
+    /// An `ORDER BY` list over `schema`, as physical sort expressions.
+    fn sort_exprs(
+        &self,
+        order: &[datafusion::logical_expr::SortExpr],
+        schema: &DFSchema,
+    ) -> Result<Vec<PhysicalSortExpr>> {
+        order
+            .iter()
+            .map(|s| {
+                let options = datafusion::arrow::compute::SortOptions {
+                    descending: !s.asc,
+                    nulls_first: s.nulls_first,
+                };
+                Ok(PhysicalSortExpr::new(self.expr(&s.expr, schema)?, options))
+            })
+            .collect()
     }
 
     /// An inner equi-join: both sides' rows kept in state by join key.

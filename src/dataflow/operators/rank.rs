@@ -108,20 +108,21 @@ impl Rank {
     fn settle(
         &mut self,
         key: Vec<u8>,
-        mut added: Vec<Entry>,
+        added: Vec<Entry>,
         out: &mut Changes,
         cx: &mut Context<'_>,
     ) -> Result<()> {
         let old = self.kept(&key, cx)?;
-        let mut new = old.clone();
-        new.append(&mut added);
-        new.sort_unstable();
-        new.truncate(self.limit);
-        for rank in 0..new.len().max(old.len()) {
-            let (before, after) = (old.get(rank), new.get(rank));
+        let mut first: Vec<&Entry> = old.iter().chain(&added).collect();
+        first.sort_unstable();
+        first.truncate(self.limit);
+        let mut changed = false;
+        for rank in 0..first.len().max(old.len()) {
+            let (before, after) = (old.get(rank), first.get(rank));
             if before.map(|e| &e.1) == after.map(|e| &e.1) {
                 continue;
             }
+            changed = true;
             if let Some((_, row)) = before {
                 out.push(row, rank, -1);
             }
@@ -129,11 +130,16 @@ impl Rank {
                 out.push(row, rank, 1);
             }
         }
-        if new != old {
-            cx.state.put(cx.key(&key), encode_entries(&new));
-        }
-        self.cached_rows += new.len();
-        self.cache.insert(key, new);
+        let kept = match changed {
+            true => {
+                let kept: Vec<Entry> = first.into_iter().cloned().collect();
+                cx.state.put(cx.key(&key), encode_entries(&kept));
+                kept
+            }
+            false => old,
+        };
+        self.cached_rows += kept.len();
+        self.cache.insert(key, kept);
         Ok(())
     }
 }

@@ -18,11 +18,9 @@
 use datafusion::common::{Column, ScalarValue};
 use datafusion::logical_expr::expr::WindowFunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator, Projection, Window};
-use datafusion::physical_expr::PhysicalSortExpr;
 
 use super::{Planner, arrow_schema};
-use crate::catalog::Emit;
-use crate::dataflow::operators::Project;
+use crate::catalog::{Emit, nullable};
 use crate::dataflow::operators::rank::Rank;
 use crate::error::Result;
 
@@ -63,39 +61,20 @@ impl Planner<'_> {
             .iter()
             .map(|e| self.expr(e, schema))
             .collect::<Result<Vec<_>>>()?;
-        let order = f
-            .params
-            .order_by
-            .iter()
-            .map(|s| {
-                let options = datafusion::arrow::compute::SortOptions {
-                    descending: !s.asc,
-                    nulls_first: s.nulls_first,
-                };
-                Ok(PhysicalSortExpr::new(self.expr(&s.expr, schema)?, options))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let order = self.sort_exprs(&f.params.order_by, schema)?;
         let input = self.node(&w.input)?;
-        let window = LogicalPlan::Window(w.clone());
         let op = Rank::new(
             partition,
             order,
             limit,
             &arrow_schema(&w.input),
-            arrow_schema(&window),
+            nullable(w.schema.as_arrow()),
         )?;
         let node = self.push(Box::new(op), vec![input]);
-        let Some(p) = projection else {
-            return Ok(Some(node));
-        };
-        let exprs = p
-            .expr
-            .iter()
-            .map(|e| self.expr(e, w.schema.as_ref()))
-            .collect::<Result<Vec<_>>>()?;
-        let projected = LogicalPlan::Projection(p.clone());
-        let project = Project::new(exprs, arrow_schema(&projected));
-        Ok(Some(self.push(Box::new(project), vec![node])))
+        match projection {
+            Some(p) => self.project(p, node).map(Some),
+            None => Ok(Some(node)),
+        }
     }
 }
 

@@ -5,14 +5,14 @@
 use super::groups::Group;
 use super::input::native_extreme;
 use super::{AggKind, Aggregate, FastMap};
+use crate::dataflow::operator::Context;
+use crate::error::{Error, Result};
+use crate::state::keys::prefix_end;
 
 /// An aggregate and a group's key.
 type GroupOf = (usize, Vec<u8>);
 /// Values of a multiset and their multiplicities (or changes to them).
 type Values = FastMap<Vec<u8>, i64>;
-use crate::dataflow::operator::Context;
-use crate::error::{Error, Result};
-use crate::state::keys::prefix_end;
 
 /// A multiset value's multiplicity, kept as an `i64` big-endian.
 fn multiplicity(bytes: &[u8]) -> Result<i64> {
@@ -79,9 +79,9 @@ impl Aggregate {
     ) -> Result<()> {
         let mut keys: Vec<Vec<u8>> = Vec::new();
         let mut wanted: Vec<(usize, &[u8])> = Vec::new();
-        for (c, ((agg, group), values)) in changes.iter().enumerate() {
-            let prefix = Self::multiset_prefix(cx, *agg, group);
-            let held = self.distinct.get(&changes[c].0);
+        for (c, (of, values)) in changes.iter().enumerate() {
+            let prefix = Self::multiset_prefix(cx, of.0, &of.1);
+            let held = self.distinct.get(of);
             for value in values.keys() {
                 if held.is_none_or(|held| !held.contains_key(value)) {
                     keys.push([prefix.as_slice(), value].concat());
@@ -97,13 +97,12 @@ impl Aggregate {
         for (((agg, group), values), mut stored) in changes.into_iter().zip(stored) {
             let held = self.distinct.entry((agg, group.clone())).or_default();
             let mut crossed = 0;
+            let mut newly_held = 0;
             for (value, delta) in values {
                 let old = match held.get(&value) {
                     Some(count) => *count,
                     None => {
-                        // Held until the barrier: counted as a pending write,
-                        // so the epoch ends before memory grows past its budget.
-                        cx.state.account(group.len() + value.len() + 32);
+                        newly_held += group.len() + value.len() + 32;
                         stored.remove(&value).unwrap_or(0)
                     }
                 };
@@ -111,6 +110,9 @@ impl Aggregate {
                 held.insert(value, new);
                 crossed += i64::from(new > 0) - i64::from(old > 0);
             }
+            // Held until the barrier: counted as pending writes, so the
+            // epoch ends before memory grows past its budget.
+            cx.state.account(newly_held);
             if crossed != 0 {
                 let slot = self.slot(&group, cx)?;
                 self.groups_cache.get_mut(slot).state.slots[agg].count += crossed;
@@ -124,9 +126,9 @@ impl Aggregate {
         for ((agg, group), values) in std::mem::take(&mut self.distinct) {
             let prefix = Self::multiset_prefix(cx, agg, &group);
             for (value, count) in values {
-                let count = count.to_be_bytes();
-                let value_bytes = (count != [0; 8]).then_some(&count[..]);
-                cx.state.write_last(&[&prefix, &value], value_bytes);
+                let bytes = count.to_be_bytes();
+                cx.state
+                    .write_last(&[&prefix, &value], (count != 0).then_some(&bytes[..]));
             }
         }
     }
