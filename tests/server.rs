@@ -848,6 +848,16 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
         count(&client, "SELECT sum(n) FROM sessions").await,
         count(&client, "SELECT count(*) FROM ev").await
     );
+    // Sessions kept across the crash are the ones a recount finds.
+    assert_eq!(
+        rows(&client, "SELECT * FROM sessions ORDER BY k, window_start").await,
+        rows(
+            &client,
+            "SELECT k, window_start, window_end, count(*) FROM SESSION(ev, ts, INTERVAL '3' SECOND)
+               GROUP BY k, window_start, window_end ORDER BY k, window_start"
+        )
+        .await
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -48,6 +48,7 @@ mod closed_over;
 mod derived_scans;
 mod join_bounds;
 mod ranked;
+mod sessioned;
 mod sliced;
 
 pub struct Planner<'a> {
@@ -331,6 +332,9 @@ impl<'a> Planner<'a> {
                 if let Some((close, true)) = window
                     && let Some(node) = self.sliced(a, plan, close)?
                 {
+                    return Ok(node);
+                }
+                if let Some(node) = self.sessioned(a, plan, window)? {
                     return Ok(node);
                 }
                 if window.is_none() && !self.kept_natively(a) {

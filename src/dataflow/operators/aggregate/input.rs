@@ -11,7 +11,7 @@ use datafusion::arrow::datatypes::{DataType, Decimal128Type, Float64Type, Int64T
 use datafusion::arrow::row::{RowConverter, Rows};
 use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
-use super::codec::Slot;
+use super::codec::{GroupState, Slot};
 use super::groups::Groups;
 use super::{AggKind, AggSpec, Aggregate, FastMap};
 use crate::dataflow::change::{ChangeBatch, evaluate_all};
@@ -216,7 +216,7 @@ fn track_extreme(slot: &mut Slot, value: &[u8], diff: i64, kind: AggKind) {
 }
 
 /// Keep the smaller (min) or larger (max) of two row-format values.
-fn keep_extreme(current: &mut Option<Vec<u8>>, value: &[u8], kind: AggKind) {
+pub(super) fn keep_extreme(current: &mut Option<Vec<u8>>, value: &[u8], kind: AggKind) {
     let better = match current {
         None => true,
         Some(held) if kind == AggKind::Min => value < held.as_slice(),
@@ -228,7 +228,7 @@ fn keep_extreme(current: &mut Option<Vec<u8>>, value: &[u8], kind: AggKind) {
 }
 
 /// An aggregate's argument for one batch, in the form its state needs.
-enum Input {
+pub(super) enum Input {
     None,
     /// min or max of integers over append-only input, kept natively.
     Extremes {
@@ -246,7 +246,7 @@ enum Input {
 }
 
 impl Input {
-    fn prepare(
+    pub(super) fn prepare(
         spec: &AggSpec,
         arg: Option<&ArrayRef>,
         values: Option<&RowConverter>,
@@ -291,21 +291,21 @@ impl Input {
 
     /// Fold the batch into the groups' slots for aggregate `a`; `slots`
     /// gives each row's group.
-    fn apply(&self, a: usize, slots: &[u32], diffs: &[i64], groups: &mut Groups) {
+    pub(super) fn apply(&self, a: usize, slots: &[u32], diffs: &[i64], groups: &mut impl States) {
         let rows = slots.iter().zip(diffs).enumerate();
         match self {
             Input::None | Input::Values { .. } => {}
             Input::Valid(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        groups.get_mut(*slot).state.slots[a].count += diff;
+                        groups.state_mut(*slot).slots[a].count += diff;
                     }
                 }
             }
             Input::Extremes { array, max } => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups.get_mut(*slot).state.slots[a];
+                        let slot = &mut groups.state_mut(*slot).slots[a];
                         let value = i128::from(array.value(row));
                         let better = slot.count == 0
                             || (*max && value > slot.int_sum)
@@ -320,7 +320,7 @@ impl Input {
             Input::Ints(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups.get_mut(*slot).state.slots[a];
+                        let slot = &mut groups.state_mut(*slot).slots[a];
                         slot.count += diff;
                         slot.int_sum += i128::from(array.value(row)) * i128::from(*diff);
                     }
@@ -329,7 +329,7 @@ impl Input {
             Input::Decimals(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups.get_mut(*slot).state.slots[a];
+                        let slot = &mut groups.state_mut(*slot).slots[a];
                         slot.count += diff;
                         slot.int_sum += array.value(row) * i128::from(*diff);
                     }
@@ -338,7 +338,7 @@ impl Input {
             Input::Floats(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {
-                        let slot = &mut groups.get_mut(*slot).state.slots[a];
+                        let slot = &mut groups.state_mut(*slot).slots[a];
                         slot.count += diff;
                         slot.float_sum += array.value(row) * *diff as f64;
                     }
@@ -371,4 +371,16 @@ pub(super) fn is_float(data_type: &DataType) -> bool {
         data_type,
         DataType::Float16 | DataType::Float32 | DataType::Float64
     )
+}
+
+/// Running states found by position: the aggregate's groups, or a
+/// session aggregate's sessions.
+pub(super) trait States {
+    fn state_mut(&mut self, at: u32) -> &mut GroupState;
+}
+
+impl States for Groups {
+    fn state_mut(&mut self, at: u32) -> &mut GroupState {
+        &mut self.get_mut(at).state
+    }
 }

@@ -54,6 +54,7 @@ mod groups;
 mod input;
 mod multiset;
 mod output;
+mod session;
 mod window;
 
 use std::collections::HashMap;
@@ -68,6 +69,7 @@ use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
 use crate::error::Result;
 use groups::{Groups, Horizon};
+pub use session::{SessionAggregate, SessionColumn};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AggKind {

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array};
 use datafusion::arrow::compute::{cast, concat_batches, take_arrays};
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::arrow::row::RowConverter;
 use datafusion::common::ScalarValue;
 
 use super::codec::{GroupState, write_group};
@@ -307,28 +308,33 @@ impl Aggregate {
     }
 
     pub(super) fn changes(&self, out: Changes) -> Result<ChangeBatch> {
-        let mut batches = Vec::new();
-        let mut diffs: Vec<i64> = Vec::new();
-        if !out.retract.is_empty() {
-            let parser = self.output.parser();
-            let columns = self
-                .output
-                .convert_rows(out.retract.iter().map(|r| parser.parse(r)))?;
-            batches.push(self.batch(columns)?);
-            diffs.extend(std::iter::repeat_n(-1, out.retract.len()));
-        }
-        for columns in out.insert {
-            let batch = self.batch(columns)?;
-            diffs.extend(std::iter::repeat_n(1, batch.num_rows()));
-            batches.push(batch);
-        }
-        let rows = concat_batches(&self.nullable_schema, &batches)?;
-        ChangeBatch::new(rows, Int64Array::from(diffs))
+        changes_of(&self.output, &self.nullable_schema, out)
     }
+}
 
-    fn batch(&self, columns: Vec<ArrayRef>) -> Result<RecordBatch> {
-        Ok(RecordBatch::try_new(self.nullable_schema.clone(), columns)?)
+/// One batch of changes: the retracted rows (row format of `output`) and
+/// the inserted ones, in `schema`.
+pub(super) fn changes_of(
+    output: &RowConverter,
+    schema: &SchemaRef,
+    out: Changes,
+) -> Result<ChangeBatch> {
+    let batch = |columns| RecordBatch::try_new(schema.clone(), columns);
+    let mut batches = Vec::new();
+    let mut diffs: Vec<i64> = Vec::new();
+    if !out.retract.is_empty() {
+        let parser = output.parser();
+        let columns = output.convert_rows(out.retract.iter().map(|r| parser.parse(r)))?;
+        batches.push(batch(columns)?);
+        diffs.extend(std::iter::repeat_n(-1, out.retract.len()));
     }
+    for columns in out.insert {
+        let batch = batch(columns)?;
+        diffs.extend(std::iter::repeat_n(1, batch.num_rows()));
+        batches.push(batch);
+    }
+    let rows = concat_batches(schema, &batches)?;
+    ChangeBatch::new(rows, Int64Array::from(diffs))
 }
 
 /// Groups that rows are built for: those in memory by their place, or
