@@ -34,7 +34,10 @@ impl Aggregate {
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs().values();
         let slots = self.count_rows(keys.as_ref(), diffs, cx)?;
-        self.fold_inputs(&inputs, &slots, diffs);
+        let held = self.fold_inputs(&inputs, &slots, diffs);
+        // Held until the barrier: counted as pending writes, so that a bulk
+        // load ends its epoch before the held changes outgrow its budget.
+        cx.state.account(held);
         let accumulating = self.aggs.iter().any(|a| a.accumulator.is_some());
         if accumulating {
             self.accumulate(&batch, &slots, &mut cx.state.errors)?;
@@ -73,7 +76,8 @@ impl Aggregate {
 
     /// Fold each aggregate's input into the groups' slots; a multiset's
     /// values are summed per group and value, for the barrier to store.
-    fn fold_inputs(&mut self, inputs: &[Input], slots: &[u32], diffs: &[i64]) {
+    /// Returns the bytes the new multiset changes hold.
+    fn fold_inputs(&mut self, inputs: &[Input], slots: &[u32], diffs: &[i64]) -> usize {
         // One aggregate at a time over the whole batch: the match on the
         // input's kind is decided once, not once a row.
         let mut values: FastMap<(usize, u32), FastMap<&[u8], i64>> = FastMap::default();
@@ -102,13 +106,21 @@ impl Aggregate {
             }
         }
         // The group's key is copied once a group, not once a value.
+        let mut bytes = 0;
         for ((a, slot), changes) in values {
             let group = self.groups_cache.get(slot).key.to_vec();
+            let group_bytes = group.len() + HELD_OVERHEAD;
             let held = self.multiset.entry((a, group)).or_default();
+            bytes += group_bytes * usize::from(held.is_empty());
             for (value, delta) in changes {
-                *held.entry(value.to_vec()).or_insert(0) += delta;
+                let entry = held.entry(value.to_vec());
+                if matches!(entry, std::collections::hash_map::Entry::Vacant(_)) {
+                    bytes += value.len() + HELD_OVERHEAD;
+                }
+                *entry.or_insert(0) += delta;
             }
         }
+        bytes
     }
 
     fn evaluate_args(
@@ -196,6 +208,10 @@ impl Aggregate {
         Ok(rows.row(0).data().to_vec())
     }
 }
+
+/// Bytes a held multiset change costs beyond its value: the map's entry,
+/// the value's allocation and its count.
+const HELD_OVERHEAD: usize = 48;
 
 /// min and max over input that can change keep the current extreme beside
 /// their multiset while they know it: `count` values are held, and

@@ -143,7 +143,7 @@ pub struct Aggregate {
     multiset: FastMap<(usize, Vec<u8>), FastMap<Vec<u8>, i64>>,
     /// count(DISTINCT) multiplicities this epoch set, per (aggregate,
     /// group), written as the epoch ends.
-    distinct: FastMap<(usize, Vec<u8>), FastMap<Vec<u8>, i64>>,
+    distinct: FastMap<(usize, Vec<u8>), FastMap<Vec<u8>, multiset::Held>>,
     /// The last watermark: windows closing by it are final.
     closed_to: Option<i64>,
 }

@@ -14,6 +14,14 @@ type GroupOf = (usize, Vec<u8>);
 /// Values of a multiset and their multiplicities (or changes to them).
 type Values = FastMap<Vec<u8>, i64>;
 
+/// A count(DISTINCT) value's multiplicity held until the barrier, and
+/// whether the epoch changed it, so that state is written only then.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Held {
+    count: i64,
+    changed: bool,
+}
+
 /// A multiset value's multiplicity, kept as an `i64` big-endian.
 fn multiplicity(bytes: &[u8]) -> Result<i64> {
     let raw: [u8; 8] = bytes
@@ -95,19 +103,37 @@ impl Aggregate {
             stored[c].insert(value.to_vec(), count);
         }
         for (((agg, group), values), mut stored) in changes.into_iter().zip(stored) {
+            // Over input that never retracts only whether a value was seen
+            // counts: a value seen before changes nothing, not even state.
+            let present_only = self.aggs[agg].append_only;
             let held = self.distinct.entry((agg, group.clone())).or_default();
             let mut crossed = 0;
             let mut newly_held = 0;
             for (value, delta) in values {
-                let old = match held.get(&value) {
-                    Some(count) => *count,
+                let before = match held.get(&value) {
+                    Some(before) => *before,
                     None => {
                         newly_held += group.len() + value.len() + 32;
-                        stored.remove(&value).unwrap_or(0)
+                        let count = stored.remove(&value).unwrap_or(0);
+                        Held {
+                            count,
+                            changed: false,
+                        }
                     }
                 };
-                let new = old + delta;
-                held.insert(value, new);
+                let old = before.count;
+                let new = match present_only {
+                    true => old.max(1),
+                    false => old + delta,
+                };
+                let changed = before.changed || new != old;
+                held.insert(
+                    value,
+                    Held {
+                        count: new,
+                        changed,
+                    },
+                );
                 crossed += i64::from(new > 0) - i64::from(old > 0);
             }
             // Held until the barrier: counted as pending writes, so the
@@ -125,10 +151,10 @@ impl Aggregate {
     pub(super) fn write_distinct(&mut self, cx: &mut Context<'_>) {
         for ((agg, group), values) in std::mem::take(&mut self.distinct) {
             let prefix = Self::multiset_prefix(cx, agg, &group);
-            for (value, count) in values {
-                let bytes = count.to_be_bytes();
-                cx.state
-                    .write_last(&[&prefix, &value], (count != 0).then_some(&bytes[..]));
+            for (value, held) in values.into_iter().filter(|(_, held)| held.changed) {
+                let bytes = held.count.to_be_bytes();
+                let value_bytes = (held.count != 0).then_some(&bytes[..]);
+                cx.state.write_last(&[&prefix, &value], value_bytes);
             }
         }
     }

@@ -285,12 +285,16 @@ fn windows_close_alike_whether_their_groups_stayed_in_memory_or_not() {
 
 /// count(DISTINCT) of the second column per group of the first.
 fn distinct_by_group(cache_limit: usize) -> Aggregate {
+    distinct_over(cache_limit, false)
+}
+
+fn distinct_over(cache_limit: usize, append_only: bool) -> Aggregate {
     let schema = Arc::new(Schema::new(vec![
         Field::new("g", DataType::Utf8, true),
         Field::new("d", DataType::Int64, false),
     ]));
     let spec = AggSpec {
-        append_only: false,
+        append_only,
         kind: AggKind::CountDistinct,
         arg: Some(Arc::new(Column::new("v", 1))),
         arg_type: DataType::Int64,
@@ -326,4 +330,22 @@ fn distinct_values_count_once_across_epochs_flushes_and_restarts() {
     assert_eq!(fourth, vec!["-1 a 1"]);
     let fifth = epoch(&mut restarted, &store, pretty("T I", "+ a 2"));
     assert_eq!(fifth, vec!["+1 a 1"]);
+}
+
+#[test]
+fn distinct_values_over_append_only_input_are_written_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let mut op = distinct_over(1, true);
+    let first = epoch(&mut op, &store, pretty("T I", "+ a 1\n+ b 1\n+ a 1\n+ a 2"));
+    assert_eq!(first, vec!["+1 a 2", "+1 b 1"]);
+    let stored = store.state_entries(b"");
+    // Seen before, in this epoch or an earlier one: nothing changes.
+    let mut restarted = distinct_over(1, true);
+    let second = epoch(&mut restarted, &store, pretty("T I", "+ a 2\n+ a 1\n+ b 1"));
+    assert!(second.is_empty(), "{second:?}");
+    assert_eq!(store.state_entries(b""), stored);
+    let third = epoch(&mut restarted, &store, pretty("T I", "+ b 3\n+ b 3\n+ a 1"));
+    assert_eq!(third, vec!["+1 b 2", "-1 b 1"]);
+    assert_eq!(store.state_entries(b""), stored + 1);
 }
