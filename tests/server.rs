@@ -1403,3 +1403,36 @@ async fn views_of_a_renamed_table_survive_a_restart() {
         2
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn window_function_numbers_are_bigint_on_the_wire_and_in_the_catalog() {
+    let server = TestServer::start();
+    let client = server.connect().await;
+    let statement = client
+        .prepare("SELECT row_number() OVER () AS rn, rank() OVER (ORDER BY 1) AS r")
+        .await
+        .expect("prepare");
+    let types: Vec<_> = statement
+        .columns()
+        .iter()
+        .map(|c| c.type_().clone())
+        .collect();
+    assert_eq!(types, vec![tokio_postgres::types::Type::INT8; 2]);
+    let row = client.query_one(&statement, &[]).await.expect("query");
+    assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (1, 1));
+    client
+        .batch_execute(
+            "CREATE TABLE ranked_input (a INT, b INT) APPEND ONLY;
+             CREATE MATERIALIZED VIEW ranked AS
+               SELECT a, row_number() OVER (PARTITION BY a ORDER BY b) AS rn FROM ranked_input",
+        )
+        .await
+        .expect("setup");
+    let described = rows(
+        &client,
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute
+           WHERE attrelid = 'ranked'::regclass AND attnum = 2",
+    )
+    .await;
+    assert_eq!(described, vec!["bigint".to_string()]);
+}

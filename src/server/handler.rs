@@ -507,7 +507,7 @@ where
 {
     let schema = stream.subscription.schema().clone();
     let fields = Arc::new(arrow_schema_to_pg_fields(
-        &schema,
+        &super::text::wire_schema(&schema),
         &Format::UnifiedText,
         Some(options.clone()),
     )?);
@@ -654,7 +654,8 @@ fn rows_response(
     style: TextStyle,
 ) -> PgWireResult<Response> {
     let options = Some(format_options(metadata));
-    let fields = Arc::new(arrow_schema_to_pg_fields(schema, format, options)?);
+    let described = super::text::wire_schema(schema);
+    let fields = Arc::new(arrow_schema_to_pg_fields(&described, format, options)?);
     let encoder = fields.clone();
     let data = batches.flat_map(move |batch| {
         let rows: Vec<PgWireResult<_>> = match batch {
@@ -682,7 +683,7 @@ fn copy_out_rows(
     style: TextStyle,
 ) -> PgWireResult<Response> {
     let fields = Arc::new(arrow_schema_to_pg_fields(
-        &schema,
+        &super::text::wire_schema(&schema),
         &Format::UnifiedText,
         Some(options),
     )?);
@@ -820,9 +821,11 @@ impl QueryParser for StatementParser {
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
         match &stmt.schema {
-            Some(schema) => {
-                arrow_schema_to_pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None)
-            }
+            Some(schema) => arrow_schema_to_pg_fields(
+                &super::text::wire_schema(schema),
+                format.unwrap_or(&Format::UnifiedText),
+                None,
+            ),
             None => Ok(Vec::new()),
         }
     }

@@ -47,9 +47,62 @@ impl TextStyle {
     }
 }
 
+/// The schema a result is described by on the wire. PostgreSQL has no
+/// unsigned integers, and types `row_number()`, `rank()` and `dense_rank()`
+/// `bigint` where DataFusion's are `UInt64`: such columns go out as
+/// `bigint` (not `numeric`, as Arrow's encoder would have them).
+pub fn wire_schema(schema: &Schema) -> Schema {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            DataType::UInt64 => f.as_ref().clone().with_data_type(DataType::Int64),
+            _ => f.as_ref().clone(),
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
+/// The batch with its `UInt64` columns as `Int64`, as [`wire_schema`]
+/// describes them. A value past `bigint`'s range (no window function
+/// numbers that many rows) stays unsigned and prints as its digits.
+fn signed(batch: RecordBatch) -> RecordBatch {
+    if !batch
+        .columns()
+        .iter()
+        .any(|c| c.data_type() == &DataType::UInt64)
+    {
+        return batch;
+    }
+    let strict = datafusion::arrow::compute::CastOptions {
+        safe: false,
+        ..Default::default()
+    };
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::UInt64 => {
+                datafusion::arrow::compute::cast_with_options(c, &DataType::Int64, &strict)
+                    .unwrap_or_else(|_| c.clone())
+            }
+            _ => c.clone(),
+        })
+        .collect();
+    let fields: Vec<Field> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&columns)
+        .map(|(f, c)| f.as_ref().clone().with_data_type(c.data_type().clone()))
+        .collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap_or(batch)
+}
+
 /// The batch with its text-format columns of the types above rendered as
 /// PostgreSQL renders them; other columns are left alone.
 pub fn as_postgres(batch: RecordBatch, fields: &[FieldInfo], style: &TextStyle) -> RecordBatch {
+    let batch = signed(batch);
     let schema = batch.schema();
     let text = |i: usize| {
         fields

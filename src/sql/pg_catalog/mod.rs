@@ -86,7 +86,8 @@ pub fn pg_type_name(data_type: &datafusion::arrow::datatypes::DataType) -> Optio
         D::Boolean => "boolean".into(),
         D::Int16 => "smallint".into(),
         D::Int32 => "integer".into(),
-        D::Int64 => "bigint".into(),
+        // PostgreSQL has no unsigned types; the wire sends these as bigint.
+        D::Int64 | D::UInt64 => "bigint".into(),
         D::Float32 => "real".into(),
         D::Float64 => "double precision".into(),
         D::Utf8 | D::LargeUtf8 | D::Utf8View => "character varying".into(),

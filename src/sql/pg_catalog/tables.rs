@@ -477,11 +477,18 @@ impl Computed {
         let types = ints(&attribute, "atttypid")?;
         let corrected: Int32Array = (0..attribute.num_rows())
             .map(|i| {
-                let column = relations.get(&relids.value(i)).and_then(|o| {
-                    let number = usize::try_from(numbers.value(i)).ok()?.checked_sub(1)?;
-                    o.table().def.columns.get(number).cloned()
-                });
+                let number = usize::try_from(numbers.value(i))
+                    .ok()
+                    .and_then(|n| n.checked_sub(1));
+                let table = relations.get(&relids.value(i)).map(|o| o.table());
+                let column = table.zip(number).and_then(|(t, n)| t.def.columns.get(n));
+                // A window function's row number is `bigint`, as on the wire.
+                let unsigned = table
+                    .zip(number)
+                    .and_then(|(t, n)| t.schema.fields().get(n))
+                    .is_some_and(|f| f.data_type() == &DataType::UInt64);
                 match column.and_then(|c| type_oid(&c.sql_type)) {
+                    _ if unsigned => Some(INT8_OID),
                     Some(oid) if types.value(i) == TEXT_OID => Some(oid),
                     _ => types.is_valid(i).then(|| types.value(i)),
                 }
@@ -716,6 +723,7 @@ fn text_lists(rows: Vec<Option<Vec<String>>>) -> ListArray {
 }
 
 const TEXT_OID: i32 = 25;
+const INT8_OID: i32 = 20;
 
 /// The oid of a string type PostgreSQL tells apart from `text`.
 fn type_oid(sql_type: &str) -> Option<i32> {
