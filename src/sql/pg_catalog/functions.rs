@@ -90,6 +90,7 @@ pub fn register(ctx: &SessionContext, catalog: &Arc<Catalog>) {
     ctx.register_udf(ScalarUDF::new_from_impl(Format::new()));
     ctx.register_udf(ScalarUDF::new_from_impl(JsonObject::new()));
     ctx.register_udf(ScalarUDF::new_from_impl(ViewDef::new(catalog.clone())));
+    ctx.register_udf(ScalarUDF::new_from_impl(TypeOf::new()));
     for (name, define) in [
         ("pg_get_indexdef", super::keys::index_definition as Define),
         (
@@ -606,5 +607,52 @@ mod tests {
     fn format_fills_its_placeholders() {
         let filled = super::format_one("%s FROM %I, %L%%", &[Some("a"), Some("T"), None]);
         assert_eq!(filled.ok().as_deref(), Some("a FROM \"T\", NULL%"));
+    }
+}
+
+/// `pg_typeof(any)`: the name of its argument's type, as PostgreSQL prints
+/// it. Text is `text`: Arrow keeps no `varchar` apart from it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct TypeOf {
+    signature: Signature,
+}
+
+impl TypeOf {
+    fn new() -> Self {
+        TypeOf {
+            signature: Signature::any(1, Volatility::Immutable),
+        }
+    }
+}
+
+fn type_of(data_type: &DataType) -> String {
+    match data_type {
+        DataType::Null => "unknown".into(),
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "text".into(),
+        DataType::Decimal128(..) | DataType::Decimal256(..) => "numeric".into(),
+        DataType::List(item) | DataType::LargeList(item) => {
+            format!("{}[]", type_of(item.data_type()))
+        }
+        DataType::Struct(_) => "record".into(),
+        other => super::pg_type_name(other).unwrap_or_else(|| other.to_string()),
+    }
+}
+
+impl ScalarUDFImpl for TypeOf {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
+        let name = type_of(&args.args[0].data_type());
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
     }
 }
