@@ -109,6 +109,12 @@ pub struct ViewDef {
     /// before that, whose stored state is numbered by their older graph.
     #[serde(default)]
     pub shared_subplans: bool,
+    /// The planner revision ([`crate::sql::plan::PLAN_REVISION`]) that
+    /// built its graph: its stored state is laid out by that graph, so a
+    /// view keeps the plans of the revision it was created with. 0 for
+    /// views created before revisions were recorded.
+    #[serde(default)]
+    pub plan_revision: u32,
     /// `WITH (partitioned = true)`: in a cluster, each node keeps the
     /// groups of the partitions it owns ([`crate::sql::partition`]).
     #[serde(default)]

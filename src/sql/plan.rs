@@ -51,6 +51,13 @@ mod ranked;
 mod sessioned;
 mod sliced;
 
+/// The planner's revision, recorded with each view it builds. A revision
+/// changes where a view's plan, and so the layout of its state, changes:
+/// - 1: `row_number()` top-N over append-only input as `Rank`, `FILTER`
+///   kept by the aggregate (decision 0024);
+/// - 2: aggregates over SESSION as `SessionAggregate` (decision 0025).
+pub const PLAN_REVISION: u32 = 2;
+
 pub struct Planner<'a> {
     catalog: &'a Catalog,
     props: &'a ExecutionProps,
@@ -64,6 +71,8 @@ pub struct Planner<'a> {
     on_close_taken: bool,
     /// The node built for each subplan, when subplans are shared.
     built: Option<HashMap<LogicalPlan, usize>>,
+    /// The revision whose plans to build ([`PLAN_REVISION`]).
+    revision: u32,
 }
 
 /// The shape of a view's output, decided from its plan.
@@ -93,7 +102,15 @@ impl<'a> Planner<'a> {
             on_error: OnError::default(),
             on_close_taken: false,
             built: None,
+            revision: PLAN_REVISION,
         }
+    }
+
+    /// Build the plans of an earlier revision, for a view created then:
+    /// its stored state is laid out by them.
+    pub fn revision(mut self, revision: u32) -> Planner<'a> {
+        self.revision = revision;
+        self
     }
 
     /// Build a subplan that occurs more than once (q5's count per auction
@@ -1203,6 +1220,11 @@ impl<'a> Planner<'a> {
             )));
         }
         let filter = params.filter.as_deref();
+        if filter.is_some() && self.revision < 1 {
+            return Err(Error::NotSupported(format!(
+                "FILTER is recomputed in views of planner revision 0: {expr}"
+            )));
+        }
         let kind = match (func.name().to_lowercase().as_str(), params.distinct) {
             ("count", false) => AggKind::Count,
             ("count", true) => AggKind::CountDistinct,

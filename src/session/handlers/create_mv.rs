@@ -73,6 +73,7 @@ pub async fn create(
             on_error,
             index: None,
             shared_subplans: true,
+            plan_revision: crate::sql::plan::PLAN_REVISION,
             partitioned,
         };
         build_view(engine, session, def).await
@@ -377,6 +378,7 @@ fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Datafl
         .with_emit(view.def.emit)
         .with_on_error(view.def.on_error)
         .sharing(view.def.shared_subplans)
+        .revision(view.def.plan_revision)
         .build(table, plan, changelog_end)
 }
 

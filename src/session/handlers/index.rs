@@ -96,6 +96,7 @@ pub async fn create(
             partial_cover: !create.include.is_empty(),
         }),
         shared_subplans: true,
+        plan_revision: crate::sql::plan::PLAN_REVISION,
         partitioned: false,
     };
     let name = def.table.name.clone();

@@ -51,7 +51,11 @@ impl Planner<'_> {
         // EMIT ON WINDOW CLOSE holds rows back until their time is final
         // (`closed_over`), which this operator does not.
         let on_close = self.emit == Emit::OnWindowClose;
-        if on_close || f.params.order_by.is_empty() || !self.is_append_only(&w.input) {
+        if on_close
+            || self.revision < 1
+            || f.params.order_by.is_empty()
+            || !self.is_append_only(&w.input)
+        {
             return Ok(None);
         }
         let schema = w.input.schema();

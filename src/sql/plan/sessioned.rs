@@ -33,6 +33,9 @@ impl Planner<'_> {
         let Some((_, on_close)) = window else {
             return Ok(None);
         };
+        if self.revision < 2 {
+            return Ok(None);
+        }
         let mut input = a.input.as_ref();
         while let LogicalPlan::SubqueryAlias(alias) = input {
             input = &alias.input;
