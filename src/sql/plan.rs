@@ -1568,3 +1568,18 @@ fn filtered(kind: AggKind, arg: Option<Expr>, filter: &Expr) -> Result<(AggKind,
     let case = datafusion::logical_expr::when(filter.clone(), value).end()?;
     Ok((kind, Some(case)))
 }
+
+/// The window function scan an aggregate reads directly (through aliases
+/// only), with its window.
+fn window_scan_under(
+    a: &datafusion::logical_expr::Aggregate,
+) -> Option<(&datafusion::logical_expr::TableScan, WindowTable)> {
+    let mut input = a.input.as_ref();
+    while let LogicalPlan::SubqueryAlias(alias) = input {
+        input = &alias.input;
+    }
+    let LogicalPlan::TableScan(scan) = input else {
+        return None;
+    };
+    Some((scan, window_of(scan)?))
+}

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use datafusion::arrow::array::{Array, Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::SchemaRef;
-use datafusion::arrow::row::{RowConverter, SortField};
+use datafusion::arrow::row::RowConverter;
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
@@ -37,14 +37,9 @@ pub struct Hold {
 
 impl Hold {
     pub fn new(column: usize, schema: SchemaRef) -> Result<Hold> {
-        let fields = schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
         Ok(Hold {
             column,
-            rows: RowConverter::new(fields)?,
+            rows: super::over::converter(&schema)?,
             schema,
             watermark: None,
             drops_late: None,

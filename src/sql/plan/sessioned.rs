@@ -12,14 +12,14 @@
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{Aggregate as AggregatePlan, Expr, LogicalPlan};
 
-use super::{Planner, arrow_schema};
+use super::{Planner, arrow_schema, window_scan_under};
 use crate::dataflow::graph::Source;
 use crate::dataflow::operators::aggregate::{
     AggKind, AggSpec, SessionAggregate, SessionColumn, WindowClose,
 };
 use crate::dataflow::window::{WINDOW_START, WindowKind};
 use crate::error::Result;
-use crate::sql::window::{bound_of, trace_column, window_of};
+use crate::sql::window::{bound_of, trace_column};
 
 impl Planner<'_> {
     /// Plan an aggregate over SESSION per session, if it can be (see the
@@ -36,14 +36,7 @@ impl Planner<'_> {
         if self.revision < 2 {
             return Ok(None);
         }
-        let mut input = a.input.as_ref();
-        while let LogicalPlan::SubqueryAlias(alias) = input {
-            input = &alias.input;
-        }
-        let LogicalPlan::TableScan(scan) = input else {
-            return Ok(None);
-        };
-        let Some(window) = window_of(scan) else {
+        let Some((scan, window)) = window_scan_under(a) else {
             return Ok(None);
         };
         let WindowKind::Session { gap } = window.spec.kind else {

@@ -35,12 +35,12 @@ use datafusion::logical_expr::{Aggregate as AggregatePlan, Expr, LogicalPlan, Ta
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 
-use super::{Planner, arrow_schema};
+use super::{Planner, arrow_schema, window_scan_under};
 use crate::dataflow::operators::aggregate::{AggKind, AggSpec, WindowClose};
 use crate::dataflow::operators::{Aggregate, WindowAssign};
 use crate::dataflow::window::{WINDOW_END, WINDOW_START, WindowKind, WindowSpec};
 use crate::error::Result;
-use crate::sql::window::{WindowTable, bound_of, window_of};
+use crate::sql::window::{WindowTable, bound_of};
 
 /// Where a group column of the aggregate comes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -86,14 +86,7 @@ impl Planner<'_> {
     }
 
     fn slicing<'p>(&self, a: &'p AggregatePlan) -> Result<Option<Slicing<'p>>> {
-        let mut input = a.input.as_ref();
-        while let LogicalPlan::SubqueryAlias(alias) = input {
-            input = &alias.input;
-        }
-        let LogicalPlan::TableScan(scan) = input else {
-            return Ok(None);
-        };
-        let Some(window) = window_of(scan) else {
+        let Some((scan, window)) = window_scan_under(a) else {
             return Ok(None);
         };
         let WindowKind::Hop { slide, size } = window.spec.kind else {

@@ -255,15 +255,10 @@ impl SessionAggregate {
     ) -> Result<SessionAggregate> {
         let field = |i: usize| SortField::new(input.field(i).data_type().clone());
         let aggregates = Schema::new(schema.fields()[layout.len()..].to_vec());
-        let output = schema
-            .fields()
-            .iter()
-            .map(|f| SortField::new(f.data_type().clone()))
-            .collect();
         Ok(SessionAggregate {
             key_rows: RowConverter::new(keys.iter().map(|k| field(*k)).collect())?,
             totals: Aggregate::new(Vec::new(), Vec::new(), aggs, Arc::new(aggregates))?,
-            output: RowConverter::new(output)?,
+            output: crate::dataflow::operators::over::converter(&schema)?,
             nullable_schema: crate::catalog::nullable(&schema),
             schema,
             time_column,
