@@ -335,6 +335,10 @@ fn plan_sqlstate(message: &str) -> &'static str {
         "42883"
     } else if message.contains("to grouping function is not in grouping columns") {
         "42803"
+    } else if message.contains("require unique expression names") {
+        // Two output columns of one name where a relation needs them
+        // apart, PostgreSQL's "column specified more than once".
+        "42701"
     } else if message.contains("Cannot") && message.contains("cast") {
         "42846"
     } else {
