@@ -1105,3 +1105,35 @@ fn sync_write() -> WriteOptions {
     options.set_sync(true);
     options
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::DataType;
+
+    use super::*;
+
+    #[test]
+    fn views_stored_before_planner_revisions_read_as_revision_zero() {
+        let view = ViewDef {
+            table: TableDef::system(7, "v", &[("a", DataType::Int64)]),
+            query: "SELECT a FROM t".into(),
+            depends_on: vec![3],
+            emit: Emit::Changes,
+            retention: DEFAULT_RETENTION,
+            append_only: false,
+            on_error: OnError::Null,
+            index: None,
+            shared_subplans: true,
+            plan_revision: crate::sql::plan::PLAN_REVISION,
+            partitioned: false,
+        };
+        let mut stored = serde_json::to_value(&view).expect("serializes");
+        assert_eq!(stored["plan_revision"], crate::sql::plan::PLAN_REVISION);
+        stored
+            .as_object_mut()
+            .expect("an object")
+            .remove("plan_revision");
+        let older: ViewDef = serde_json::from_value(stored).expect("deserializes");
+        assert_eq!(older.plan_revision, 0);
+    }
+}
