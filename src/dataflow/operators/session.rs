@@ -56,11 +56,63 @@ pub struct SessionAssign {
 /// An event of one key: its time and row, and how often it occurred.
 type Events = BTreeMap<(i64, Vec<u8>), i64>;
 
-fn from_ordered(bytes: &[u8]) -> Result<i64> {
+/// A time stored by [`ordered`] in a session key.
+pub(crate) fn from_ordered(bytes: &[u8]) -> Result<i64> {
     let raw: [u8; 8] = bytes
-        .try_into()
-        .map_err(|_| Error::Internal("a session key is malformed".into()))?;
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| Error::Internal("a session key is malformed".into()))?;
     Ok((u64::from_be_bytes(raw) ^ (1 << 63)) as i64)
+}
+
+/// `tag` ++ key length ++ key, under the operator's prefix.
+pub(crate) fn key_prefix(cx: &Context<'_>, tag: &[u8], key: &[u8]) -> Vec<u8> {
+    cx.key(&[tag, &(key.len() as u32).to_be_bytes()[..], key].concat())
+}
+
+/// Where a key's final sessions end (`c`), if it has had any lately.
+pub(crate) fn final_end(cx: &Context<'_>, key: &[u8]) -> Result<Option<i64>> {
+    cx.state
+        .get(&key_prefix(cx, b"c", key))?
+        .map(|bytes| read_count(&bytes))
+        .transpose()
+}
+
+/// Record that a key's final sessions now end at `end` (they ended at
+/// `previous`), to be forgotten once the watermark passes `end + gap`
+/// (`y`): no event can reach them after that.
+pub(crate) fn record_final_end(
+    cx: &mut Context<'_>,
+    key: &[u8],
+    previous: Option<i64>,
+    end: i64,
+    gap: i64,
+) {
+    let forget_at = |cx: &Context<'_>, end: i64| {
+        let at = ordered(end.saturating_add(gap));
+        cx.key(&[b"y", &at[..], &(key.len() as u32).to_be_bytes(), key].concat())
+    };
+    if let Some(previous) = previous {
+        cx.state.delete(forget_at(cx, previous));
+    }
+    cx.state.put(forget_at(cx, end), Vec::new());
+    cx.state
+        .put(key_prefix(cx, b"c", key), end.to_le_bytes().to_vec());
+}
+
+/// Forget the final ends no event can reach by `watermark`; the keys
+/// whose ends were forgotten.
+pub(crate) fn forget_final_ends(cx: &mut Context<'_>, watermark: i64) -> Result<Vec<Vec<u8>>> {
+    let lower = cx.key(b"y");
+    let upper = cx.key(&[b"y".as_slice(), &ordered(watermark.saturating_add(1))].concat());
+    let mut keys = Vec::new();
+    for (index, _) in cx.state.scan(&lower, &upper)? {
+        cx.state.delete(index.clone());
+        let key = index[lower.len() + 12..].to_vec();
+        cx.state.delete(key_prefix(cx, b"c", &key));
+        keys.push(key);
+    }
+    Ok(keys)
 }
 
 /// The session window of each of `times` (sorted), for a gap.
@@ -100,45 +152,16 @@ impl SessionAssign {
         })
     }
 
-    fn key_prefix(cx: &Context<'_>, tag: &[u8], key: &[u8]) -> Vec<u8> {
-        let mut suffix = tag.to_vec();
-        suffix.extend_from_slice(&(key.len() as u32).to_be_bytes());
-        suffix.extend_from_slice(key);
-        cx.key(&suffix)
-    }
-
-    /// Where the key's final sessions end, if it has had any lately.
-    fn closed(&self, cx: &Context<'_>, key: &[u8]) -> Result<Option<i64>> {
-        cx.state
-            .get(&Self::key_prefix(cx, b"c", key))?
-            .map(|bytes| read_count(&bytes))
-            .transpose()
-    }
-
     fn close(&self, cx: &mut Context<'_>, key: &[u8], end: i64) -> Result<()> {
-        let previous = self.closed(cx, key)?;
-        if previous >= Some(end) {
-            return Ok(());
+        let previous = final_end(cx, key)?;
+        if previous < Some(end) {
+            record_final_end(cx, key, previous, end, self.gap);
         }
-        if let Some(previous) = previous {
-            cx.state
-                .delete(Self::index_key_tagged(cx, b"y", previous + self.gap, key));
-        }
-        cx.state
-            .put(Self::key_prefix(cx, b"c", key), end.to_le_bytes().to_vec());
-        cx.state.put(
-            Self::index_key_tagged(cx, b"y", end + self.gap, key),
-            Vec::new(),
-        );
         Ok(())
     }
 
     fn index_key(cx: &Context<'_>, end: i64, key: &[u8]) -> Vec<u8> {
-        Self::index_key_tagged(cx, b"x", end, key)
-    }
-
-    fn index_key_tagged(cx: &Context<'_>, tag: &[u8], end: i64, key: &[u8]) -> Vec<u8> {
-        let mut suffix = tag.to_vec();
+        let mut suffix = b"x".to_vec();
         suffix.extend_from_slice(&ordered(end));
         suffix.extend_from_slice(&(key.len() as u32).to_be_bytes());
         suffix.extend_from_slice(key);
@@ -146,11 +169,11 @@ impl SessionAssign {
     }
 
     fn load(&self, cx: &Context<'_>, key: &[u8]) -> Result<Events> {
-        let prefix = Self::key_prefix(cx, b"e", key);
+        let prefix = key_prefix(cx, b"e", key);
         let mut events = Events::new();
         for (k, v) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
             let rest = &k[prefix.len()..];
-            let time = from_ordered(rest.get(..8).unwrap_or_default())?;
+            let time = from_ordered(rest)?;
             events.insert((time, rest[8..].to_vec()), read_count(&v)?);
         }
         Ok(events)
@@ -171,7 +194,7 @@ impl SessionAssign {
         (before, before_windows): (&Events, &[(i64, i64)]),
         (after, after_windows): (&Events, &[(i64, i64)]),
     ) {
-        let prefix = Self::key_prefix(cx, b"e", key);
+        let prefix = key_prefix(cx, b"e", key);
         let event_key =
             |(time, row): &(i64, Vec<u8>)| [prefix.as_slice(), &ordered(*time), row].concat();
         for event in before.keys().filter(|e| !after.contains_key(*e)) {
@@ -266,7 +289,7 @@ impl Operator for SessionAssign {
                 *after.entry(event).or_insert(0) += batch.diffs().value(*i);
             }
             if let Some(watermark) = self.watermark {
-                let closed = self.closed(cx, key)?;
+                let closed = final_end(cx, key)?;
                 let windows: HashMap<(i64, Vec<u8>), (i64, i64)> =
                     after.keys().cloned().zip(self.windows(&after)).collect();
                 for i in &members {
@@ -348,13 +371,7 @@ impl Operator for SessionAssign {
             }
         }
         // Final sessions no event can reach any more are forgotten.
-        let lower = cx.key(b"y");
-        let upper = cx.key(&[b"y".as_slice(), &ordered(wm.micros.saturating_add(1))].concat());
-        for (index, _) in cx.state.scan(&lower, &upper)? {
-            cx.state.delete(index.clone());
-            let key = index[lower.len() + 12..].to_vec();
-            cx.state.delete(Self::key_prefix(cx, b"c", &key));
-        }
+        forget_final_ends(cx, wm.micros)?;
         Ok(Some(wm))
     }
 }

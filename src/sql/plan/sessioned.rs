@@ -118,7 +118,7 @@ impl Planner<'_> {
                     | AggKind::Min
                     | AggKind::Max
             );
-            if !merges || spec.accumulator.is_some() {
+            if !merges {
                 return Ok(None);
             }
             aggs.push(spec);

@@ -92,17 +92,12 @@ impl Aggregate {
                     continue;
                 }
                 let value = rows.row(row).data();
-                if spec.append_only && spec.kind != AggKind::CountDistinct {
-                    let extreme = &mut self.groups_cache.get_mut(*slot).state.slots[a].extreme;
-                    keep_extreme(extreme, value, spec.kind);
-                } else {
-                    if spec.kind != AggKind::CountDistinct {
-                        let held = &mut self.groups_cache.get_mut(*slot).state.slots[a];
-                        track_extreme(held, value, diffs[row], spec.kind);
-                    }
-                    let held = values.entry((a, *slot)).or_default();
-                    *held.entry(value).or_insert(0) += diffs[row];
+                if spec.kind != AggKind::CountDistinct {
+                    let held = &mut self.groups_cache.get_mut(*slot).state.slots[a];
+                    track_extreme(held, value, diffs[row], spec.kind);
                 }
+                let held = values.entry((a, *slot)).or_default();
+                *held.entry(value).or_insert(0) += diffs[row];
             }
         }
         // The group's key is copied once a group, not once a value.
@@ -259,6 +254,13 @@ pub(super) enum Input {
         valid: ArrayRef,
         rows: datafusion::arrow::row::Rows,
     },
+    /// min or max over append-only input, kept as its extreme alone (row
+    /// format): nothing is ever retracted, so no multiset is needed.
+    Kept {
+        valid: ArrayRef,
+        rows: datafusion::arrow::row::Rows,
+        kind: AggKind,
+    },
 }
 
 impl Input {
@@ -297,9 +299,15 @@ impl Input {
             AggKind::Min | AggKind::Max | AggKind::CountDistinct => {
                 let converter =
                     values.ok_or_else(|| Error::Internal("multiset without a converter".into()))?;
-                Input::Values {
-                    valid: arg.clone(),
-                    rows: converter.convert_columns(std::slice::from_ref(arg))?,
+                let valid = arg.clone();
+                let rows = converter.convert_columns(std::slice::from_ref(arg))?;
+                match spec.append_only && spec.kind != AggKind::CountDistinct {
+                    true => Input::Kept {
+                        valid,
+                        rows,
+                        kind: spec.kind,
+                    },
+                    false => Input::Values { valid, rows },
                 }
             }
         })
@@ -311,6 +319,14 @@ impl Input {
         let rows = slots.iter().zip(diffs).enumerate();
         match self {
             Input::None | Input::Values { .. } => {}
+            Input::Kept { valid, rows, kind } => {
+                for (row, slot) in slots.iter().enumerate() {
+                    if valid.is_valid(row) {
+                        let extreme = &mut groups.state_mut(*slot).slots[a].extreme;
+                        keep_extreme(extreme, rows.row(row).data(), *kind);
+                    }
+                }
+            }
             Input::Valid(array) => {
                 for (row, (slot, diff)) in rows {
                     if array.is_valid(row) {

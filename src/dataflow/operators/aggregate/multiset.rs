@@ -108,12 +108,11 @@ impl Aggregate {
             let present_only = self.aggs[agg].append_only;
             let held = self.distinct.entry((agg, group.clone())).or_default();
             let mut crossed = 0;
-            let mut newly_held = 0;
             for (value, delta) in values {
                 let before = match held.get(&value) {
                     Some(before) => *before,
+                    // Its memory was counted when the change was folded in.
                     None => {
-                        newly_held += group.len() + value.len() + 32;
                         let count = stored.remove(&value).unwrap_or(0);
                         Held {
                             count,
@@ -136,9 +135,6 @@ impl Aggregate {
                 );
                 crossed += i64::from(new > 0) - i64::from(old > 0);
             }
-            // Held until the barrier: counted as pending writes, so the
-            // epoch ends before memory grows past its budget.
-            cx.state.account(newly_held);
             if crossed != 0 {
                 let slot = self.slot(&group, cx)?;
                 self.groups_cache.get_mut(slot).state.slots[agg].count += crossed;

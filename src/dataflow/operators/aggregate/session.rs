@@ -50,6 +50,9 @@ use super::{AggKind, AggSpec, Aggregate, FastMap};
 use crate::catalog::micros;
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::session::{
+    final_end, forget_final_ends, from_ordered, key_prefix, record_final_end,
+};
 use crate::dataflow::operators::window::record_late;
 use crate::dataflow::state::read_count;
 use crate::error::{Error, Result};
@@ -132,6 +135,13 @@ struct KeySessions {
 struct Sessions {
     slab: Vec<Option<Session>>,
     free: Vec<u32>,
+}
+
+impl Session {
+    /// The session's end: its last event plus the gap.
+    fn end(&self, gap: i64) -> i64 {
+        self.last.saturating_add(gap)
+    }
 }
 
 impl Sessions {
@@ -227,14 +237,6 @@ fn merge(into: &mut GroupState, from: &GroupState, aggs: &[AggSpec]) {
     }
 }
 
-fn from_ordered(bytes: &[u8]) -> Result<i64> {
-    let raw: [u8; 8] = bytes
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| Error::Internal("a session key is malformed".into()))?;
-    Ok((u64::from_be_bytes(raw) ^ (1 << 63)) as i64)
-}
-
 fn key_part(key: &[u8]) -> [u8; 4] {
     (key.len() as u32).to_be_bytes()
 }
@@ -291,10 +293,6 @@ impl SessionAggregate {
 
     fn aggs(&self) -> &[AggSpec] {
         &self.totals.aggs
-    }
-
-    fn key_prefix(cx: &Context<'_>, tag: &[u8], key: &[u8]) -> Vec<u8> {
-        cx.key(&[tag, &key_part(key), key].concat())
     }
 
     fn session_key(cx: &Context<'_>, key: &[u8], start: i64) -> Vec<u8> {
@@ -365,7 +363,7 @@ impl SessionAggregate {
             .copied()
             .filter(|at| {
                 let s = sessions.get(*at);
-                time.saturating_add(gap) > s.start && time < s.last.saturating_add(gap)
+                time.saturating_add(gap) > s.start && time < s.end(gap)
             })
             .collect();
         let Some((&first, others)) = touching.split_first() else {
@@ -425,7 +423,7 @@ impl SessionAggregate {
         }
         let mut entry = KeySessions::default();
         if self.known == Known::Some {
-            let prefix = Self::key_prefix(cx, b"s", key);
+            let prefix = key_prefix(cx, b"s", key);
             for (stored, value) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
                 let start = from_ordered(&stored[prefix.len()..])?;
                 let last = read_count(value.get(..8).unwrap_or_default())?;
@@ -445,11 +443,7 @@ impl SessionAggregate {
                 self.by_close.entry(end).or_default().push(at);
                 entry.open.push(at);
             }
-            entry.closed = cx
-                .state
-                .get(&Self::key_prefix(cx, b"c", key))?
-                .map(|bytes| read_count(&bytes))
-                .transpose()?;
+            entry.closed = final_end(cx, key)?;
         }
         self.by_key.insert(GroupKey::from_slice(key), entry);
         Ok(())
@@ -467,15 +461,6 @@ impl SessionAggregate {
             let arg = cx.state.errors.evaluate(arg, batch.rows())?;
             let input = Input::prepare(spec, Some(&arg), self.totals.values[a].as_ref())?;
             input.apply(a, &slots, diffs, &mut self.sessions);
-            let Input::Values { valid, rows } = &input else {
-                continue;
-            };
-            for (row, at) in slots.iter().enumerate() {
-                if valid.is_valid(row) {
-                    let extreme = &mut self.sessions.get_mut(*at).state.slots[a].extreme;
-                    keep_extreme(extreme, rows.row(row).data(), spec.kind);
-                }
-            }
         }
         Ok(())
     }
@@ -493,7 +478,7 @@ impl SessionAggregate {
         let bound = |end: bool| -> ArrayRef {
             let values: TimestampMicrosecondArray = sessions
                 .iter()
-                .map(|s| Some(if end { s.last + self.gap } else { s.start }))
+                .map(|s| Some(if end { s.end(self.gap) } else { s.start }))
                 .collect();
             Arc::new(values)
         };
@@ -553,18 +538,14 @@ impl SessionAggregate {
     fn write(&mut self, at: u32, cx: &mut Context<'_>) {
         let gap = self.gap;
         let session = self.sessions.get_mut(at);
-        let end = session.last.saturating_add(gap);
+        let end = session.end(gap);
         let key = &session.key;
         let moved = session
             .stored
             .filter(|stored| *stored != (session.start, end));
-        if let Some((start, old_end)) = moved {
-            if start != session.start {
-                cx.state
-                    .write_last(&[&Self::session_key(cx, key, start)], None);
-            }
-            cx.state
-                .write_last(&[&Self::end_key(cx, old_end, key, start)], None);
+        if let Some(stored) = moved {
+            // The new start's entry overwrites the old one if it stays.
+            Self::unstore(cx, key, stored, stored.0 != session.start);
         }
         if moved.is_some() || session.stored.is_none() {
             let index = Self::end_key(cx, end, key, session.start);
@@ -577,6 +558,17 @@ impl SessionAggregate {
         let stored = Self::session_key(cx, key, session.start);
         cx.state.write_last(&[&stored], Some(&value));
         session.stored = Some((session.start, end));
+    }
+
+    /// Delete a session stored under `(start, end)` as the epoch ends: its
+    /// index entry, and its entry too unless `entry` is false.
+    fn unstore(cx: &mut Context<'_>, key: &[u8], (start, end): (i64, i64), entry: bool) {
+        if entry {
+            cx.state
+                .write_last(&[&Self::session_key(cx, key, start)], None);
+        }
+        cx.state
+            .write_last(&[&Self::end_key(cx, end, key, start)], None);
     }
 
     /// Delete a session's state now (a barrier may not come before a
@@ -603,14 +595,10 @@ impl SessionAggregate {
             session.dirty = false;
             if session.merged_into.is_some() {
                 let gone = self.sessions.remove(at).expect("live session");
-                out.retract.extend(gone.emitted.clone());
-                if let Some((start, end)) = gone.stored {
-                    let key = &gone.key;
-                    cx.state
-                        .write_last(&[&Self::session_key(cx, key, start)], None);
-                    cx.state
-                        .write_last(&[&Self::end_key(cx, end, key, start)], None);
+                if let Some(stored) = gone.stored {
+                    Self::unstore(cx, &gone.key, stored, true);
                 }
+                out.retract.extend(gone.emitted);
             } else if self.on_close {
                 self.write(at, cx);
             } else {
@@ -649,7 +637,7 @@ impl SessionAggregate {
                 if session.filed != filed || session.merged_into.is_some() {
                     continue;
                 }
-                let end = session.last.saturating_add(self.gap);
+                let end = session.end(self.gap);
                 if end <= watermark {
                     closing.push(at);
                 } else {
@@ -675,7 +663,7 @@ impl SessionAggregate {
             if let Some(entry) = entry {
                 entry.open.retain(|open| *open != at);
             }
-            self.remember_closed(&session.key, session.last + self.gap, cx)?;
+            self.remember_closed(&session.key, session.end(self.gap), cx);
         }
         if !out.retract.is_empty() || !out.insert.is_empty() {
             cx.emit(changes_of(&self.output, &self.nullable_schema, out)?);
@@ -703,39 +691,22 @@ impl SessionAggregate {
 
     /// Note where a key's final sessions end, so that an event that would
     /// join them is late, until no event could.
-    fn remember_closed(&mut self, key: &[u8], end: i64, cx: &mut Context<'_>) -> Result<()> {
+    fn remember_closed(&mut self, key: &[u8], end: i64, cx: &mut Context<'_>) {
         let entry = self.by_key.entry(GroupKey::from_slice(key)).or_default();
         let previous = entry.closed;
-        if previous >= Some(end) {
-            return Ok(());
+        if previous < Some(end) {
+            entry.closed = Some(end);
+            record_final_end(cx, key, previous, end, self.gap);
         }
-        entry.closed = Some(end);
-        let gap = self.gap;
-        let forget = |cx: &Context<'_>, end: i64| {
-            let at = ordered(end.saturating_add(gap));
-            cx.key(&[b"y", &at[..], &key_part(key), key].concat())
-        };
-        if let Some(previous) = previous {
-            cx.state.delete(forget(cx, previous));
-        }
-        cx.state.put(forget(cx, end), Vec::new());
-        cx.state
-            .put(Self::key_prefix(cx, b"c", key), end.to_le_bytes().to_vec());
-        Ok(())
     }
 
     /// Forget the final sessions no event can reach any more.
     fn forget(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
-        let lower = cx.key(b"y");
-        let upper = cx.key(&[b"y".as_slice(), &ordered(watermark.saturating_add(1))].concat());
-        for (index, _) in cx.state.scan(&lower, &upper)? {
-            cx.state.delete(index.clone());
-            let key = &index[lower.len() + 12..];
-            cx.state.delete(Self::key_prefix(cx, b"c", key));
-            if let Some(entry) = self.by_key.get_mut(key) {
+        for key in forget_final_ends(cx, watermark)? {
+            if let Some(entry) = self.by_key.get_mut(key.as_slice()) {
                 entry.closed = None;
                 if entry.open.is_empty() {
-                    self.by_key.remove(key);
+                    self.by_key.remove(key.as_slice());
                 }
             }
         }
