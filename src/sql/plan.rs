@@ -55,8 +55,10 @@ mod sliced;
 /// changes where a view's plan, and so the layout of its state, changes:
 /// - 1: `row_number()` top-N over append-only input as `Rank`, `FILTER`
 ///   kept by the aggregate (decision 0024);
-/// - 2: aggregates over SESSION as `SessionAggregate` (decision 0025).
-pub const PLAN_REVISION: u32 = 2;
+/// - 2: aggregates over SESSION as `SessionAggregate` (decision 0025);
+/// - 3: count(DISTINCT)s of one argument over append-only input share one
+///   record of the values seen (decision 0026).
+pub const PLAN_REVISION: u32 = 3;
 
 pub struct Planner<'a> {
     catalog: &'a Catalog,
@@ -1263,6 +1265,12 @@ impl<'a> Planner<'a> {
             (AggKind::Count, None) => (AggKind::CountStar, None),
             (kind, arg) => (kind, arg.cloned()),
         };
+        let presence = match (kind, &arg) {
+            (AggKind::CountDistinct, Some(value)) if append_only && self.revision >= 3 => {
+                Some(self.expr(value, schema)?)
+            }
+            _ => None,
+        };
         let (kind, arg) = match filter {
             None => (kind, arg),
             Some(filter) => filtered(kind, arg, filter)?,
@@ -1295,6 +1303,7 @@ impl<'a> Planner<'a> {
             arg,
             arg_type,
             accumulator: None,
+            presence,
         })
     }
 
@@ -1420,6 +1429,7 @@ impl<'a> Planner<'a> {
             arg: None,
             arg_type: DataType::Null,
             accumulator: Some(Arc::new(aggregate)),
+            presence: None,
         })
     }
 }

@@ -307,5 +307,6 @@ fn combine_spec(spec: &AggSpec, part: &str, at: usize, result: &Field) -> AggSpe
         arg: Some(column(part, at)),
         arg_type: result.data_type().clone(),
         accumulator: None,
+        presence: None,
     }
 }

@@ -34,7 +34,10 @@ impl Aggregate {
             .collect::<Result<Vec<_>>>()?;
         let diffs = batch.diffs().values();
         let slots = self.count_rows(keys.as_ref(), diffs, cx)?;
-        let held = self.fold_inputs(&inputs, &slots, diffs);
+        let seen = self
+            .presence
+            .gather(batch.rows(), &args, &slots, &mut cx.state.errors)?;
+        let held = self.fold_inputs(&inputs, &slots, diffs) + seen;
         // Held until the barrier: counted as pending writes, so that a bulk
         // load ends its epoch before the held changes outgrow its budget.
         cx.state.account(held);
@@ -273,6 +276,8 @@ impl Input {
             return Ok(Input::None);
         };
         Ok(match spec.kind {
+            // Kept by `presence`.
+            AggKind::CountDistinct if spec.append_only => Input::None,
             AggKind::CountStar | AggKind::Accumulator => Input::None,
             AggKind::Count => Input::Valid(arg.clone()),
             AggKind::Sum | AggKind::Avg if is_float(&spec.arg_type) => Input::Floats(

@@ -54,6 +54,7 @@ mod groups;
 mod input;
 mod multiset;
 mod output;
+mod presence;
 mod session;
 mod window;
 
@@ -94,6 +95,10 @@ pub struct AggSpec {
     pub arg_type: DataType,
     /// For [`AggKind::Accumulator`]: the aggregate, with its arguments.
     pub accumulator: Option<Arc<AggregateFunctionExpr>>,
+    /// count(DISTINCT) over append-only input, planned from revision 3 on:
+    /// its argument without FILTER. Those with equal ones share one record
+    /// of the values seen (see `presence`).
+    pub presence: Option<Arc<dyn PhysicalExpr>>,
 }
 
 /// Groups kept in memory between barriers; beyond this the half with the
@@ -144,6 +149,8 @@ pub struct Aggregate {
     /// count(DISTINCT) multiplicities this epoch set, per (aggregate,
     /// group), written as the epoch ends.
     distinct: FastMap<(usize, Vec<u8>), FastMap<Vec<u8>, multiset::Held>>,
+    /// count(DISTINCT) over append-only input: the values groups have seen.
+    presence: presence::Presence,
     /// The last watermark: windows closing by it are final.
     closed_to: Option<i64>,
 }
@@ -187,6 +194,7 @@ impl Aggregate {
                 .map(|f| SortField::new(f.data_type().clone()))
                 .collect(),
         )?;
+        let presence = presence::Presence::new(&aggs)?;
         Ok(Aggregate {
             groups,
             states,
@@ -205,6 +213,7 @@ impl Aggregate {
             cache_limit: CACHE_GROUPS,
             multiset: FastMap::default(),
             distinct: FastMap::default(),
+            presence,
             closed_to: None,
         })
     }
@@ -246,9 +255,10 @@ impl Operator for Aggregate {
             (None, _) => "",
         };
         format!(
-            "group=[{}] aggs=[{}]{window}",
+            "group=[{}] aggs=[{}]{}{window}",
             groups.join(", "),
-            aggs.join(", ")
+            aggs.join(", "),
+            self.presence
         )
     }
 

@@ -34,9 +34,9 @@ impl Aggregate {
     /// Delete a group's multisets.
     pub(super) fn forget_values(&mut self, group: &[u8], cx: &mut Context<'_>) -> Result<()> {
         for (agg, spec) in self.aggs.iter().enumerate() {
-            let kept = self.values[agg].is_some()
-                && (!spec.append_only || spec.kind == AggKind::CountDistinct);
-            if !kept {
+            // Over append-only input min and max keep no multiset, and
+            // count(DISTINCT) keeps its values by `presence`.
+            if self.values[agg].is_none() || spec.append_only {
                 continue;
             }
             self.distinct.remove(&(agg, group.to_vec()));
@@ -45,7 +45,7 @@ impl Aggregate {
                 cx.state.delete(entry);
             }
         }
-        Ok(())
+        self.forget_presence(group, cx)
     }
 
     /// Fold this epoch's multiset changes into state; count(DISTINCT) counts
@@ -103,9 +103,6 @@ impl Aggregate {
             stored[c].insert(value.to_vec(), count);
         }
         for (((agg, group), values), mut stored) in changes.into_iter().zip(stored) {
-            // Over input that never retracts only whether a value was seen
-            // counts: a value seen before changes nothing, not even state.
-            let present_only = self.aggs[agg].append_only;
             let held = self.distinct.entry((agg, group.clone())).or_default();
             let mut crossed = 0;
             for (value, delta) in values {
@@ -121,10 +118,7 @@ impl Aggregate {
                     }
                 };
                 let old = before.count;
-                let new = match present_only {
-                    true => old.max(1),
-                    false => old + delta,
-                };
+                let new = old + delta;
                 let changed = before.changed || new != old;
                 held.insert(
                     value,

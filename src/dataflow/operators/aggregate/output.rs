@@ -42,6 +42,7 @@ impl Aggregate {
     /// barrier the writes skip the ordered map reads go through: nothing
     /// reads them before the epoch commits.
     pub(super) fn flush(&mut self, cx: &mut Context<'_>, at_barrier: bool) -> Result<()> {
+        self.settle_presence(at_barrier, cx)?;
         self.apply_multisets(cx)?;
         if !self.groups_cache.has_dirty() {
             return Ok(());

@@ -849,6 +849,7 @@ mod tests {
             arg: arg.map(|(name, at)| Arc::new(Column::new(name, at)) as _),
             arg_type,
             accumulator: None,
+            presence: None,
         };
         let aggs = vec![
             spec(AggKind::CountStar, None, DataType::Null),

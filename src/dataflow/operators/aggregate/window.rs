@@ -40,6 +40,7 @@ impl Aggregate {
     /// Settle the groups whose window the watermark has reached: those in
     /// state alone, then the ones in memory.
     pub(super) fn close_windows(&mut self, watermark: i64, cx: &mut Context<'_>) -> Result<()> {
+        self.settle_presence(false, cx)?;
         self.apply_multisets(cx)?;
         let mut out = Changes::default();
         self.close_stored(watermark, &mut out, cx)?;
