@@ -10,7 +10,7 @@
 //! that a retraction takes back exactly that, whatever the table holds by
 //! then. A LEFT lookup join pads stream rows without a match with NULLs.
 
-use std::collections::HashMap;
+use crate::dataflow::operators::FastMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt32Array, new_null_array};
@@ -296,7 +296,7 @@ impl LookupJoin {
         let table = self.current(cx, &stream_keys)?;
         let table_keys = evaluate_all(&self.lookup_keys, &table, &mut cx.state.errors)?;
         let table_rows = self.key_rows.convert_columns(&table_keys)?;
-        let mut index: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        let mut index: FastMap<&[u8], Vec<u32>> = FastMap::default();
         for i in 0..table.num_rows() {
             if table_keys.iter().all(|c| c.is_valid(i)) {
                 index

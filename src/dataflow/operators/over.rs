@@ -13,7 +13,7 @@
 //! (no `PARTITION BY`, or a global `ORDER BY ... LIMIT`) evaluates all of
 //! it at each epoch that changes it.
 
-use std::collections::HashMap;
+use crate::dataflow::operators::FastMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{
@@ -63,7 +63,7 @@ pub struct Over {
     output: SchemaRef,
     evaluate: Evaluate,
     /// This epoch's changes, per partition key, per encoded row.
-    pending: HashMap<Vec<u8>, HashMap<Vec<u8>, i64>>,
+    pending: FastMap<Vec<u8>, FastMap<Vec<u8>, i64>>,
     /// Whether a global aggregate's first row is known to be out.
     started: bool,
 }
@@ -87,7 +87,7 @@ impl Over {
             input,
             output,
             evaluate,
-            pending: HashMap::new(),
+            pending: FastMap::default(),
             started: false,
         })
     }
@@ -123,7 +123,7 @@ impl Over {
     fn settle(
         &self,
         key: &[u8],
-        changes: HashMap<Vec<u8>, i64>,
+        changes: FastMap<Vec<u8>, i64>,
         fresh: bool,
         cx: &mut Context<'_>,
     ) -> Result<()> {
@@ -133,7 +133,7 @@ impl Over {
         for (stored, value) in cx.state.scan(&prefix, &upper)? {
             old.push((stored[prefix.len()..].to_vec(), read_count(&value)?));
         }
-        let mut new: HashMap<Vec<u8>, i64> = old.iter().cloned().collect();
+        let mut new: FastMap<Vec<u8>, i64> = old.iter().cloned().collect();
         for (row, diff) in &changes {
             *new.entry(row.clone()).or_insert(0) += diff;
         }
@@ -151,7 +151,7 @@ impl Over {
         // result (array_agg, or row_number among ties) must come out the
         // same from the same rows, or its retraction would miss.
         new.sort_unstable();
-        let mut out: HashMap<Vec<u8>, i64> = HashMap::new();
+        let mut out: FastMap<Vec<u8>, i64> = FastMap::default();
         for (rows, sign) in [(old, -1), (new, 1)] {
             if fresh && sign < 0 {
                 continue;
@@ -165,7 +165,7 @@ impl Over {
         self.emit(out, cx)
     }
 
-    fn emit(&self, out: HashMap<Vec<u8>, i64>, cx: &mut Context<'_>) -> Result<()> {
+    fn emit(&self, out: FastMap<Vec<u8>, i64>, cx: &mut Context<'_>) -> Result<()> {
         if out.is_empty() {
             return Ok(());
         }

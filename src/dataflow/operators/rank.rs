@@ -17,7 +17,7 @@
 //!   length and the sort key (row format of `o`), `u32` length and the row
 //!   (row format of the input); integers little-endian.
 
-use std::collections::HashMap;
+use crate::dataflow::operators::FastMap;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{ArrayRef, Int64Array, RecordBatch, UInt64Array};
@@ -50,9 +50,9 @@ pub struct Rank {
     rows: RowConverter,
     output: SchemaRef,
     /// This epoch's new rows, per partition key.
-    pending: HashMap<Vec<u8>, Vec<Entry>>,
+    pending: FastMap<Vec<u8>, Vec<Entry>>,
     /// Partitions' kept rows as state holds them, for those held.
-    cache: HashMap<Vec<u8>, Vec<Entry>>,
+    cache: FastMap<Vec<u8>, Vec<Entry>>,
     cached_rows: usize,
 }
 
@@ -85,8 +85,8 @@ impl Rank {
             sort_keys: RowConverter::new(sort_fields)?,
             rows: converter(input)?,
             output,
-            pending: HashMap::new(),
-            cache: HashMap::new(),
+            pending: FastMap::default(),
+            cache: FastMap::default(),
             cached_rows: 0,
         })
     }
@@ -262,7 +262,15 @@ impl Operator for Rank {
                 encoded.row(i).data().to_vec(),
             );
             match self.pending.get_mut(key) {
-                Some(entries) => entries.push(entry),
+                Some(entries) => {
+                    entries.push(entry);
+                    // Of an epoch's rows of a partition only the first
+                    // `limit` can rank: the rest need not be held.
+                    if entries.len() >= 2 * self.limit.max(4) {
+                        entries.sort_unstable();
+                        entries.truncate(self.limit);
+                    }
+                }
                 None => {
                     self.pending.insert(key.to_vec(), vec![entry]);
                 }
@@ -356,6 +364,20 @@ mod tests {
         );
         // Below the second: nothing changes.
         assert!(epoch(&mut op, &store, pretty("T I", "+ a 4")).is_empty());
+    }
+
+    #[test]
+    fn many_rows_of_a_partition_in_one_epoch_keep_the_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let mut op = top_two();
+        epoch(&mut op, &store, pretty("T I", "+ a 10"));
+        // More rows than the epoch holds for a partition, the best ones
+        // early, late and in between.
+        let values = [3, 12, 1, 4, 9, 2, 8, 7, 6, 5, 11, 0, 13, 2, 1];
+        let input: Vec<String> = values.iter().map(|v| format!("+ a {v}")).collect();
+        let out = epoch(&mut op, &store, pretty("T I", &input.join("\n")));
+        assert_eq!(out, vec!["+1 a 12 2", "+1 a 13 1", "-1 a 10 1"]);
     }
 
     #[test]

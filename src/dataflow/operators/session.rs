@@ -23,7 +23,9 @@
 //! - `y` ++ that end plus the gap (8 bytes, ordered) ++ key length ++ key ->
 //!   empty: when to forget it
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::dataflow::operators::FastMap;
 
 use datafusion::arrow::array::{
     Array, ArrayRef, Int64Array, RecordBatch, TimestampMicrosecondArray,
@@ -267,7 +269,7 @@ impl Operator for SessionAssign {
             self.keys.iter().map(|k| rows.column(*k).clone()).collect();
         let keys = self.key_rows.convert_columns(&key_columns)?;
         let encoded = self.rows.convert_columns(rows.columns())?;
-        let mut by_key: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        let mut by_key: FastMap<&[u8], Vec<usize>> = FastMap::default();
         for i in 0..batch.len() {
             if !times.is_null(i) {
                 // Without key columns every row shares the one (empty) key.
@@ -290,7 +292,7 @@ impl Operator for SessionAssign {
             }
             if let Some(watermark) = self.watermark {
                 let closed = final_end(cx, key)?;
-                let windows: HashMap<(i64, Vec<u8>), (i64, i64)> =
+                let windows: FastMap<(i64, Vec<u8>), (i64, i64)> =
                     after.keys().cloned().zip(self.windows(&after)).collect();
                 for i in &members {
                     let event = (times.value(*i), encoded.row(*i).data().to_vec());
@@ -307,7 +309,7 @@ impl Operator for SessionAssign {
             after.retain(|_, count| *count != 0);
             let before_windows = self.windows(&before);
             let after_windows = self.windows(&after);
-            let old: HashMap<&(i64, Vec<u8>), (i64, i64)> =
+            let old: FastMap<&(i64, Vec<u8>), (i64, i64)> =
                 before.keys().zip(before_windows.iter().copied()).collect();
             for (event, window) in after.keys().zip(after_windows.iter().copied()) {
                 let count = after[event];

@@ -58,7 +58,6 @@ mod presence;
 mod session;
 mod window;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -68,6 +67,7 @@ use datafusion::physical_expr::aggregate::AggregateFunctionExpr;
 
 use crate::dataflow::change::{ChangeBatch, Watermark};
 use crate::dataflow::operator::{Context, Operator};
+use crate::dataflow::operators::FastMap;
 use crate::error::Result;
 use groups::{Groups, Horizon};
 pub use session::{SessionAggregate, SessionColumn};
@@ -104,8 +104,6 @@ pub struct AggSpec {
 /// Groups kept in memory between barriers; beyond this the half with the
 /// smallest keys is dropped.
 pub const CACHE_GROUPS: usize = 100_000;
-
-type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
 
 /// Where a windowed group's closing time comes from: a group column holding
 /// a window bound, plus what lies between that bound and the window's end.

@@ -7,14 +7,12 @@
 //! ([`Chunks`]). A side of an interval or window join is `Counted` and
 //! writes each row back as an entry of its own, for its expiry index.
 
-use std::collections::HashMap;
-
 use hashbrown::HashTable;
 
 use crate::dataflow::state::EpochState;
 use crate::error::{Error, Result};
 
-pub(super) type FastMap<K, V> = HashMap<K, V, ahash::RandomState>;
+pub(super) use crate::dataflow::operators::FastMap;
 
 /// A side's rows in memory.
 pub(super) enum InMemory {
