@@ -54,6 +54,8 @@ pub struct Rank {
     /// Partitions' kept rows as state holds them, for those held.
     cache: FastMap<Vec<u8>, Vec<Entry>>,
     cached_rows: usize,
+    /// Bytes `pending` holds, roughly.
+    pending_bytes: usize,
 }
 
 impl Rank {
@@ -88,6 +90,7 @@ impl Rank {
             pending: FastMap::default(),
             cache: FastMap::default(),
             cached_rows: 0,
+            pending_bytes: 0,
         })
     }
 
@@ -158,6 +161,11 @@ impl Changes {
         self.ranks.push(rank as u64 + 1);
         self.diffs.push(diff);
     }
+}
+
+/// Bytes a pending row holds: its sort key, its row and their upkeep.
+fn held(entry: &Entry) -> usize {
+    entry.0.len() + entry.1.len() + ENTRY_OVERHEAD
 }
 
 fn encode_entries(entries: &[Entry]) -> Vec<u8> {
@@ -251,16 +259,14 @@ impl Operator for Rank {
             .collect::<Result<Vec<ArrayRef>>>()?;
         let sort_keys = self.sort_keys.convert_columns(&sort_columns)?;
         let encoded = self.rows.convert_columns(rows.columns())?;
-        // Held until the barrier: counted as pending writes, so that the
-        // epoch ends before they outgrow its budget.
-        cx.state
-            .account(sort_keys.size() + encoded.size() + count * ENTRY_OVERHEAD);
+        let before = self.pending_bytes;
         for i in 0..count {
             let key = keys.as_ref().map_or(&[][..], |k| k.row(i).data());
             let entry = (
                 sort_keys.row(i).data().to_vec(),
                 encoded.row(i).data().to_vec(),
             );
+            self.pending_bytes += held(&entry);
             match self.pending.get_mut(key) {
                 Some(entries) => {
                     entries.push(entry);
@@ -268,6 +274,8 @@ impl Operator for Rank {
                     // `limit` can rank: the rest need not be held.
                     if entries.len() >= 2 * self.limit.max(4) {
                         entries.sort_unstable();
+                        let dropped: usize = entries[self.limit..].iter().map(held).sum();
+                        self.pending_bytes -= dropped;
                         entries.truncate(self.limit);
                     }
                 }
@@ -276,6 +284,9 @@ impl Operator for Rank {
                 }
             }
         }
+        // Held until the barrier: counted as pending writes, so that the
+        // epoch ends before they outgrow its budget.
+        cx.state.account(self.pending_bytes.saturating_sub(before));
         Ok(())
     }
 
@@ -285,6 +296,7 @@ impl Operator for Rank {
         cx: &mut Context<'_>,
     ) -> Result<()> {
         let mut out = Changes::default();
+        self.pending_bytes = 0;
         for (key, added) in std::mem::take(&mut self.pending) {
             self.settle(key, added, &mut out, cx)?;
         }
