@@ -772,6 +772,10 @@ async fn append_only_keyless_views_resume_after_sigkill_with_their_duplicates() 
     assert_eq!(count(&client, "SELECT count(*) FROM v").await, 1500);
 }
 
+/// An append-only table of events five seconds out of order at most.
+const EVENTS: &str = "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP, note VARCHAR, \
+     WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY;";
+
 const WINDOWED: &str = "SELECT k, window_start, window_end, count(*) AS n, max(v) AS hi \
      FROM TUMBLE(ev, ts, INTERVAL '10' SECOND) GROUP BY k, window_start, window_end";
 
@@ -781,8 +785,7 @@ async fn windowed_views_resume_after_sigkill_without_repeating_a_window() {
     let client = server.connect().await;
     client
         .batch_execute(&format!(
-            "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP, note VARCHAR,
-               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY;
+            "{EVENTS}
              CREATE MATERIALIZED VIEW closed AS {WINDOWED} EMIT ON WINDOW CLOSE;
              CREATE MATERIALIZED VIEW sessions AS SELECT k, window_start, window_end, count(*) AS n
                FROM SESSION(ev, ts, INTERVAL '3' SECOND) GROUP BY k, window_start, window_end;"
@@ -875,8 +878,7 @@ async fn filtered_distinct_counts_equal_a_recount_after_sigkill() {
     let client = server.connect().await;
     client
         .batch_execute(&format!(
-            "CREATE TABLE ev (k BIGINT, v BIGINT, ts TIMESTAMP, note VARCHAR,
-               WATERMARK FOR ts AS ts - INTERVAL '5' SECOND) APPEND ONLY;
+            "{EVENTS}
              CREATE MATERIALIZED VIEW distincts AS {DISTINCTS};
              CREATE MATERIALIZED VIEW windowed AS {WINDOWED_DISTINCTS} EMIT ON WINDOW CLOSE;"
         ))
