@@ -58,6 +58,22 @@ struct Argument {
     gathered: ValueMap,
 }
 
+impl Argument {
+    /// Where a group's values of the argument at `at` are stored: its own
+    /// prefix when shared, else its single aggregate's multiset.
+    fn prefix(&self, cx: &Context<'_>, at: usize, group: &[u8]) -> Vec<u8> {
+        match self.shared {
+            true => presence_prefix(cx, at, group),
+            false => Aggregate::multiset_prefix(cx, self.aggs[0], group),
+        }
+    }
+}
+
+/// The group slot a gathered key starts with.
+fn slot_of(key: &[u8]) -> u32 {
+    u32::from_le_bytes(key[..4].try_into().expect("a slot"))
+}
+
 /// The count(DISTINCT)s over append-only input of one aggregate operator.
 #[derive(Default)]
 pub(super) struct Presence {
@@ -188,7 +204,7 @@ impl Aggregate {
             let shared = argument.shared;
             let aggs = argument.aggs.clone();
             for (((key, mask), state_key), stored) in entries.iter().zip(&keys).zip(stored) {
-                let slot = u32::from_le_bytes(key[..4].try_into().expect("a slot"));
+                let slot = slot_of(key);
                 let had = seen(stored.as_deref(), shared)?;
                 let gained = *mask & !had;
                 if gained == 0 {
@@ -223,15 +239,11 @@ impl Aggregate {
         let mut keys = Vec::with_capacity(entries.len());
         let mut last: Option<(u32, Vec<u8>)> = None;
         for (key, _) in entries {
-            let slot = u32::from_le_bytes(key[..4].try_into().expect("a slot"));
+            let slot = slot_of(key);
             let prefix = match &last {
                 Some((at_slot, prefix)) if *at_slot == slot => prefix,
                 _ => {
-                    let group = &self.groups_cache.get(slot).key;
-                    let prefix = match argument.shared {
-                        true => presence_prefix(cx, at, group),
-                        false => Self::multiset_prefix(cx, argument.aggs[0], group),
-                    };
+                    let prefix = argument.prefix(cx, at, &self.groups_cache.get(slot).key);
                     &last.insert((slot, prefix)).1
                 }
             };
@@ -243,10 +255,7 @@ impl Aggregate {
     /// Delete what a group that went away had seen.
     pub(super) fn forget_presence(&mut self, group: &[u8], cx: &mut Context<'_>) -> Result<()> {
         for (at, argument) in self.presence.arguments.iter().enumerate() {
-            let prefix = match argument.shared {
-                true => presence_prefix(cx, at, group),
-                false => Self::multiset_prefix(cx, argument.aggs[0], group),
-            };
+            let prefix = argument.prefix(cx, at, group);
             for (entry, _) in cx.state.scan(&prefix, &prefix_end(&prefix))? {
                 cx.state.delete(entry);
             }
