@@ -27,7 +27,8 @@ relays it through the cluster's rows topic (docs/cluster.md).
 Recovery, on the largest cluster once it is caught up: one node is killed
 with SIGKILL; timed until a SELECT on the first node gathers the exact
 totals again: the group's session timeout, the address book forgetting
-the node, and the others rebuilding its partitions from their own logs.
+the node, and the others rebuilding its partitions from their own logs
+(with --standbys 1, serving the copies they kept instead).
 
 Requirements: psycopg 3, confluent-kafka, a weir build, and a Kafka
 broker: --bootstrap (or KAFKA_BOOTSTRAP), else the tests' broker started
@@ -36,6 +37,7 @@ with scripts/kafka-broker.sh for the run.
 Examples:
   python3 benches/cluster.py --weir-bin $HOME/.cache/weir-target-rel/release/weir
   python3 benches/cluster.py --events 100000 --nodes 1,2 --repeat 1   # smoke run
+  python3 benches/cluster.py --split --nodes 3 --standbys 1   # failover onto standby copies
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ class Node(ingest.WeirNode):
         super().__init__(args.weir_bin, os.path.join(workdir, name),
                          os.path.join(workdir, f"{name}.log"),
                          ("--auth", "trust", "--cluster", cluster, "--kafka", bootstrap,
-                          "--node-name", name))
+                          "--node-name", name, "--standbys", str(args.standbys)))
         self.name = name
 
     def cpu(self) -> float:
@@ -200,7 +202,8 @@ def markdown(args, results: list[dict], machine: dict) -> str:
         f"Partitioned `GROUP BY k` ({args.keys:,} keys) over a "
         f"{'split (`partition_by`) ' if args.split else 'whole-read '}Kafka source of "
         f"{args.events:,} JSON events in {args.partitions} partitions; "
-        f"{args.cluster_partitions} cluster partitions; {args.repeat} run(s) per size, "
+        f"{args.cluster_partitions} cluster partitions; --standbys {args.standbys}; "
+        f"{args.repeat} run(s) per size, "
         "median (min–max); every run's view checked row by row.",
         "",
         "| nodes | wall s | CPU-s (all nodes) | events/s | events per CPU-s | exact again after a kill |",
@@ -232,6 +235,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--split", action="store_true",
                    help="the source is split over the nodes (partition_by = 'k')")
     p.add_argument("--cluster-partitions", type=int, default=12)
+    p.add_argument("--standbys", type=int, default=0,
+                   help="every node's --standbys: warm copies for that many failures")
     p.add_argument("--nodes", default="1,2,3")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--poll", type=float, default=0.2, help="seconds between checks of the view")

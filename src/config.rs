@@ -61,7 +61,15 @@ pub struct Config {
 pub struct Cluster {
     pub name: String,
     pub kafka: String,
+    /// `--standbys N`: how many failures of other nodes each node keeps
+    /// warm copies of partitioned views for. Default 0.
+    pub standbys: u32,
 }
+
+/// More standbys than this would have each node keep nearly everything
+/// in any cluster small enough to run, and make the guess of what a
+/// failure brings (every set of nodes that may fail) costly.
+pub const MAX_STANDBYS: u32 = 3;
 
 /// `--tls-cert`, `--tls-key` and `--tls-required`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,6 +203,7 @@ pub struct Overrides {
     pub node_name: Option<String>,
     pub advertise_address: Option<String>,
     pub cluster_partitions: Option<u32>,
+    pub standbys: Option<u32>,
 }
 
 /// The TOML file's shape: the same names as the flags, with underscores.
@@ -221,6 +230,7 @@ struct FileConfig {
     node_name: Option<String>,
     advertise_address: Option<String>,
     cluster_partitions: Option<u32>,
+    standbys: Option<u32>,
 }
 
 impl Config {
@@ -376,8 +386,23 @@ fn tls(overrides: &Overrides, file: &FileConfig) -> Result<Option<Tls>> {
 fn cluster(overrides: &Overrides, file: &FileConfig) -> Result<Option<Cluster>> {
     let name = overrides.cluster.clone().or(file.cluster.clone());
     let kafka = overrides.kafka.clone().or(file.kafka.clone());
+    let standbys = overrides.standbys.or(file.standbys);
+    if standbys.is_some_and(|n| n > MAX_STANDBYS) {
+        return Err(Error::Config(format!(
+            "--standbys must be between 0 and {MAX_STANDBYS}"
+        )));
+    }
     match (name, kafka) {
-        (Some(name), Some(kafka)) => Ok(Some(Cluster { name, kafka })),
+        (Some(name), Some(kafka)) => Ok(Some(Cluster {
+            name,
+            kafka,
+            standbys: standbys.unwrap_or(0),
+        })),
+        (None, None) if standbys.is_some_and(|n| n > 0) => Err(Error::Config(
+            "--standbys keeps copies of partitioned views for other nodes of a cluster: \
+             add --cluster NAME --kafka HOST:PORT"
+                .into(),
+        )),
         (None, None) => Ok(None),
         (Some(_), None) => Err(Error::Config(
             "--cluster needs --kafka HOST:PORT, the Kafka that coordinates the cluster".into(),
@@ -550,6 +575,27 @@ mod tests {
             .expect("resolve")
             .advertise;
         assert!(advertised.ends_with(":7000") && !advertised.starts_with("0.0.0.0"));
+    }
+
+    #[test]
+    fn standbys_need_a_cluster_and_a_small_count() {
+        let standbys = |cluster: Option<&str>, n: u32| Overrides {
+            cluster: cluster.map(String::from),
+            kafka: cluster.map(|_| "k:9092".into()),
+            standbys: Some(n),
+            ..Overrides::default()
+        };
+        let alone = Config::resolve(standbys(None, 1), None).expect_err("refused");
+        assert!(alone.to_string().contains("--cluster"), "{alone}");
+        assert!(Config::resolve(standbys(None, 0), None).is_ok());
+        let many = Config::resolve(standbys(Some("c"), MAX_STANDBYS + 1), None);
+        assert!(
+            many.expect_err("refused")
+                .to_string()
+                .contains("--standbys")
+        );
+        let config = Config::resolve(standbys(Some("c"), 1), None).expect("resolve");
+        assert_eq!(config.cluster.map(|c| c.standbys), Some(1));
     }
 
     #[test]

@@ -180,6 +180,11 @@ struct ServeArgs {
     /// Partitions the cluster's work is split into, fixed by its first node [default: 12]
     #[arg(long, env = "WEIR_CLUSTER_PARTITIONS", value_name = "N")]
     cluster_partitions: Option<u32>,
+    /// Keep partitioned views warm for the partitions this node would get
+    /// were up to N other nodes to fail, so that it serves them at once
+    /// [default: 0]
+    #[arg(long, env = "WEIR_STANDBYS", value_name = "N")]
+    standbys: Option<u32>,
     /// How log lines are written to stderr: text or json (one object per line)
     #[arg(
         long,
@@ -232,6 +237,7 @@ fn main() -> anyhow::Result<()> {
         node_name: args.node_name,
         advertise_address: args.advertise_address,
         cluster_partitions: args.cluster_partitions,
+        standbys: args.standbys,
     };
     let config = Config::resolve(overrides, args.config.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

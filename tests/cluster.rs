@@ -16,14 +16,21 @@ use common::try_text_rows;
 const PARTITIONS: i32 = 12;
 
 fn node(cluster: &str, bootstrap: &str, name: &str) -> TestServer {
-    TestServer::start_with(&[
-        "--cluster".into(),
-        cluster.into(),
-        "--kafka".into(),
-        bootstrap.into(),
-        "--node-name".into(),
-        name.into(),
-    ])
+    node_with(cluster, bootstrap, name, &[])
+}
+
+/// A node of `cluster` started with `more` flags besides.
+fn node_with(cluster: &str, bootstrap: &str, name: &str, more: &[&str]) -> TestServer {
+    let args = [
+        "--cluster",
+        cluster,
+        "--kafka",
+        bootstrap,
+        "--node-name",
+        name,
+    ];
+    let args: Vec<String> = args.iter().chain(more).map(|a| a.to_string()).collect();
+    TestServer::start_with(&args)
 }
 
 /// Nodes n1, n2 and n3 of `cluster`, each with a client, once every node
@@ -32,7 +39,16 @@ async fn three_nodes(
     cluster: &str,
     bootstrap: &str,
 ) -> ([TestServer; 3], [tokio_postgres::Client; 3]) {
-    let nodes = ["n1", "n2", "n3"].map(|name| node(cluster, bootstrap, name));
+    three_nodes_with(cluster, bootstrap, &[]).await
+}
+
+/// [`three_nodes`], each started with `more` flags besides.
+async fn three_nodes_with(
+    cluster: &str,
+    bootstrap: &str,
+    more: &[&str],
+) -> ([TestServer; 3], [tokio_postgres::Client; 3]) {
+    let nodes = ["n1", "n2", "n3"].map(|name| node_with(cluster, bootstrap, name, more));
     let clients = [
         nodes[0].connect().await,
         nodes[1].connect().await,
@@ -411,10 +427,16 @@ fn partitioned_recount(n: i64) -> (Vec<String>, Vec<String>) {
 
 /// A view's operator state entries on a node, from its `/state` page.
 async fn state_entries(server: &TestServer, view: &str) -> u64 {
-    let page = server.http_get("/state").await;
-    let wanted = format!("weir_view_state_entries{{view=\"{view}\"}} ");
+    let sample = format!("weir_view_state_entries{{view=\"{view}\"}}");
+    metric(server, "/state", &sample).await
+}
+
+/// The value of `sample` (a metric and its labels) on page `path` of a
+/// node's HTTP port; 0 when the page does not list it.
+async fn metric(server: &TestServer, path: &str, sample: &str) -> u64 {
+    let page = server.http_get(path).await;
     page.lines()
-        .find_map(|line| line.strip_prefix(&wanted))
+        .find_map(|line| line.strip_prefix(sample)?.strip_prefix(' '))
         .map_or(0, |n| n.trim().parse().expect("a count"))
 }
 
@@ -769,10 +791,12 @@ async fn a_partitioned_view_is_refused_where_a_cluster_could_not_split_it() {
 
 /// Rows a node wrote to source `events`' log, from its `/metrics` page.
 async fn messages_logged(server: &TestServer) -> u64 {
-    let page = server.http_get("/metrics").await;
-    page.lines()
-        .find_map(|line| line.strip_prefix("weir_source_messages_total{source=\"events\"} "))
-        .map_or(0, |n| n.trim().parse().expect("a count"))
+    metric(
+        server,
+        "/metrics",
+        "weir_source_messages_total{source=\"events\"}",
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -903,4 +927,44 @@ async fn a_split_source_that_fails_fails_again_at_the_same_message_after_a_resta
         r == ["1|1"]
     })
     .await;
+}
+
+/// How many times `server` started building its part of `view`.
+async fn builds(server: &TestServer, view: &str) -> u64 {
+    let sample = format!("weir_view_builds_total{{view=\"{view}\"}}");
+    metric(server, "/metrics", &sample).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_standby_the_nodes_left_serve_a_dead_nodes_partitions_without_building_them() {
+    let bootstrap = kafka::bootstrap();
+    let cluster = kafka::unique_topic("standby");
+    let topic = kafka::unique_topic("standby-in");
+    kafka::create_topic(&bootstrap, &topic, 6).await;
+    let ([n1, n2, mut n3], [c1, c2, c3]) =
+        three_nodes_with(&cluster, &bootstrap, &["--standbys", "1"]).await;
+    c1.batch_execute(&format!(
+        "CREATE SOURCE events (k BIGINT, v BIGINT, at TIMESTAMP, \
+           WATERMARK FOR at AS at - INTERVAL '1' SECOND) \
+         WITH (connector = 'kafka', topic = '{topic}', \
+           properties.bootstrap.server = '{bootstrap}', partition_by = 'k') \
+         FORMAT PLAIN ENCODE JSON; {PARTITIONED_VIEWS}"
+    ))
+    .await
+    .expect("DDL on n1");
+    produce(&bootstrap, &topic, 0..300, KEYS).await;
+    wait_for_partitioned(&[&c1, &c2, &c3], 300).await;
+    // n2, between the others, would take partitions of either: it keeps all.
+    let whole = state_entries(&n2, "totals").await;
+    assert!(
+        state_entries(&n1, "totals").await < whole && state_entries(&n3, "totals").await < whole,
+        "n2 keeps every partition of totals"
+    );
+    let before = [builds(&n1, "totals").await, builds(&n2, "totals").await];
+
+    // The partitions of n3 go to nodes that kept them: no node builds.
+    kill_and_restart(&mut n3, [&c1, &c2], &bootstrap, &topic).await;
+    let after = [builds(&n1, "totals").await, builds(&n2, "totals").await];
+    assert_eq!(before, after, "builds of totals on n1 and n2");
+    assert_eq!(builds(&n3, "totals").await, 0, "n3 resumed what it kept");
 }

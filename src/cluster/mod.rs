@@ -17,6 +17,7 @@
 
 mod catalog_log;
 mod membership;
+mod standby;
 mod topics;
 
 use std::time::Duration;
@@ -53,6 +54,8 @@ pub struct Cluster {
     pub me: NodeInfo,
     /// The partitions the cluster's work is split into.
     pub partitions: u32,
+    /// Failures of other nodes to keep warm copies for (`--standbys`).
+    pub standbys: u32,
     membership: membership::Membership,
     log: catalog_log::CatalogLog,
 }
@@ -60,7 +63,13 @@ pub struct Cluster {
 impl Cluster {
     /// Creates the cluster's topics when this is its first node, lists
     /// this node in the address book and joins the group.
-    pub async fn join(name: &str, kafka: &str, me: NodeInfo, partitions: u32) -> Result<Cluster> {
+    pub async fn join(
+        name: &str,
+        kafka: &str,
+        me: NodeInfo,
+        partitions: u32,
+        standbys: u32,
+    ) -> Result<Cluster> {
         let topics = topics::Topics::of(name);
         let partitions = topics::ensure(kafka, &topics, partitions).await?;
         let log = catalog_log::CatalogLog::open(kafka, &topics.catalog)?;
@@ -74,6 +83,7 @@ impl Cluster {
         Ok(Cluster {
             me,
             partitions,
+            standbys,
             membership,
             log,
         })
@@ -87,6 +97,21 @@ impl Cluster {
     /// This node's partitions, as they change.
     pub fn owned(&self) -> tokio::sync::watch::Receiver<Vec<i32>> {
         self.membership.owned()
+    }
+
+    /// The partitions this node keeps built when it owns `owned`: those,
+    /// and what the failure of up to `standbys` others would bring it. The
+    /// nodes are those the book lists with partitions: one that died stops
+    /// counting once the others have claimed what it had.
+    pub fn kept(&self, owned: &[u32]) -> Vec<u32> {
+        let mut nodes: Vec<String> = self
+            .members()
+            .into_iter()
+            .filter(|m| !m.partitions.is_empty())
+            .map(|m| m.info.node)
+            .collect();
+        nodes.push(self.me.node.clone());
+        standby::kept(&nodes, &self.me.node, owned, self.partitions, self.standbys)
     }
 
     /// Appends a statement to the catalog log; returns once Kafka holds it.

@@ -40,8 +40,10 @@ pub fn blocking<T>(work: impl FnOnce() -> T) -> T {
     }
 }
 
+/// The partitions a node keeps built when it owns the ones given.
+pub type Keep = Box<dyn Fn(&[u32]) -> Vec<u32> + Send + Sync>;
+
 /// What a node of a cluster shares with split sources.
-#[derive(Debug)]
 pub struct Share {
     pub cluster: String,
     /// The cluster's Kafka, which holds the rows topics.
@@ -49,6 +51,9 @@ pub struct Share {
     /// The cluster's partitions.
     pub count: u32,
     pub owned: tokio::sync::watch::Receiver<Vec<i32>>,
+    /// What a split source's log keeps, for what the node owns: more than
+    /// that with standbys.
+    pub keep: Keep,
     /// Per split source, the partitions whose rows its log holds up to
     /// where their rows topic ended when this node began reading them.
     ready: parking_lot::Mutex<std::collections::HashMap<u64, Vec<u32>>>,
@@ -60,12 +65,14 @@ impl Share {
         kafka: &str,
         count: u32,
         owned: tokio::sync::watch::Receiver<Vec<i32>>,
+        keep: Keep,
     ) -> Share {
         Share {
             cluster: cluster.to_string(),
             kafka: kafka.to_string(),
             count,
             owned,
+            keep,
             ready: Default::default(),
         }
     }

@@ -464,6 +464,15 @@ fn views(out: &mut Exposition, engine: &Engine) {
         let samples = views.iter().map(|v| (v.name.as_str(), value(v)));
         out.each(name, kind, help, "view", samples);
     }
+    let builds = engine.view_builds();
+    out.each(
+        "weir_view_builds_total",
+        "counter",
+        "Times this node started building its part of a partitioned view since it started: \
+         at creation, and for each new set of partitions the cluster gave it.",
+        "view",
+        builds.iter().map(|(name, n)| (name.as_str(), *n as f64)),
+    );
 }
 
 fn connectors(out: &mut Exposition, engine: &Engine) {

@@ -92,6 +92,7 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
         &settings.kafka,
         me,
         engine.config.cluster_partitions,
+        settings.standbys,
     )
     .await?;
     // Claimed once joined: a node that could not reach Kafka may still
@@ -137,6 +138,10 @@ pub async fn join(engine: &Arc<Engine>) -> Result<()> {
             &settings.kafka,
             replication.cluster.partitions,
             replication.cluster.owned(),
+            Box::new({
+                let replication = replication.clone();
+                move |owned: &[u32]| replication.cluster.kept(owned)
+            }),
         ))));
     tokio::spawn(super::partitioned::follow_ownership(engine.clone()));
     let engine = engine.clone();

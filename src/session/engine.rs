@@ -126,6 +126,19 @@ impl Engine {
             .collect()
     }
 
+    /// Per partitioned view, how many times this node started building
+    /// its part since it started: at creation, and each time the cluster
+    /// gave it partitions its part did not hold.
+    pub fn view_builds(&self) -> Vec<(String, u64)> {
+        let builds = self.builds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out: Vec<(String, u64)> = builds
+            .iter()
+            .filter_map(|(id, n)| Some((self.catalog.by_id(*id)?.table().def.name.clone(), *n)))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Where COPY change streams run.
     pub fn streams(&self) -> &super::streams::Streams {
         &self.streams

@@ -7,7 +7,11 @@
 //! ([`crate::sql::partition`]). When the group gives it other partitions,
 //! the node builds its part of the view again from the sources' start:
 //! the rows of a partition it gains are all in its own log, so nothing is
-//! lost or counted twice, whoever owned the partition before.
+//! lost or counted twice, whoever owned the partition before. With
+//! `--standbys` a node builds more partitions than it owns, those the
+//! failure of others would bring it ([`crate::cluster`]), and serves them
+//! at once when that happens; reads and change streams keep only the
+//! partitions the node owns.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -184,7 +188,11 @@ pub fn owned_for_build(engine: &Engine, view: &View) -> Result<Option<Owned>> {
     if let Some(owned) = built_for(engine, view.def.table.id)? {
         return Ok(Some(owned));
     }
-    let owned = owned_now(engine);
+    let owned = match split_sources(engine, &view.def.depends_on).first() {
+        Some((source, _)) => built_for(engine, source.def.id)?,
+        None => None,
+    };
+    let owned = owned.unwrap_or_else(|| to_keep(engine, &owned_now(engine)));
     let db = engine.store.db();
     let key = keys::owned_partitions_key(view.def.table.id);
     db.put_cf(cf(db, CF_STATE), &key, owned.encode())?;
@@ -213,6 +221,37 @@ fn owned_now(engine: &Engine) -> Owned {
     }
 }
 
+/// The partitions this node keeps built when it owns `owned`: those, and
+/// with `--standbys` what the failure of others would bring it.
+fn to_keep(engine: &Engine, owned: &Owned) -> Owned {
+    match engine.cluster() {
+        Some(replication) => Owned {
+            count: owned.count,
+            partitions: replication.cluster.kept(&owned.partitions),
+        },
+        None => owned.clone(),
+    }
+}
+
+/// Whether a part built for `built` still serves a node that owns `owned`
+/// and would keep `keep`. It must hold every owned partition. Partitions
+/// it holds beyond `keep` go only when the node keeps fewer than it holds
+/// (nodes joined); after a failure the node keeps more, and building again
+/// would stop it serving at once, which is what standbys are for.
+fn still_serves(built: &Owned, owned: &Owned, keep: &Owned) -> bool {
+    let owns_all = owned
+        .partitions
+        .iter()
+        .all(|p| built.partitions.contains(p));
+    let beyond = built
+        .partitions
+        .iter()
+        .any(|p| !keep.partitions.contains(p));
+    built.count == owned.count
+        && owns_all
+        && !(beyond && keep.partitions.len() < built.partitions.len())
+}
+
 pub(super) fn sorted(partitions: &[i32]) -> Vec<u32> {
     let mut out: Vec<u32> = partitions.iter().map(|p| *p as u32).collect();
     out.sort_unstable();
@@ -220,7 +259,8 @@ pub(super) fn sorted(partitions: &[i32]) -> Vec<u32> {
 }
 
 /// Rebuilds this node's partitioned views whenever the group gives it
-/// other partitions, for as long as the node runs.
+/// partitions they do not hold (or, nodes having joined, far fewer), for
+/// as long as the node runs.
 pub async fn follow_ownership(engine: Arc<Engine>) {
     let Some(replication) = engine.cluster().cloned() else {
         return;
@@ -245,11 +285,12 @@ pub async fn follow_ownership(engine: Arc<Engine>) {
 
 async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
     let _ddl = engine.partitioning.lock().await;
+    let keep = to_keep(engine, now);
     let objects = engine.catalog.objects();
     let ids: Vec<u64> = objects.iter().map(Object::id).collect();
     let mut moved = Vec::new();
     for (table, _) in split_sources(engine, &ids) {
-        if built_for(engine, table.def.id)?.is_some_and(|kept| &kept != now) {
+        if built_for(engine, table.def.id)?.is_some_and(|kept| !still_serves(&kept, now, &keep)) {
             moved.push(table);
         }
     }
@@ -257,7 +298,7 @@ async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
     for object in objects {
         if let Object::MaterializedView(view) = object
             && view.def.partitioned
-            && (owned_for_build(engine, &view)?.as_ref() != Some(now)
+            && (owned_for_build(engine, &view)?.is_none_or(|b| !still_serves(&b, now, &keep))
                 || moved
                     .iter()
                     .any(|t| view.def.depends_on.contains(&t.def.id)))
@@ -273,19 +314,24 @@ async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
         engine.runtime.drop_view(view.def.table.id).await?;
     }
     for table in &moved {
-        read_again(engine, table, now).await?;
+        read_again(engine, table, &keep).await?;
     }
     if !stale.is_empty() || !moved.is_empty() {
-        sources_ready(engine, now).await;
+        sources_ready(engine).await;
     }
     for (view, built) in stale.into_iter().zip(built) {
-        tracing::info!(view = %view.def.table.name, partitions = ?now.partitions,
+        // A view over a split source holds the partitions its log keeps.
+        let target = match split_sources(engine, &view.def.depends_on).first() {
+            Some((source, _)) => built_for(engine, source.def.id)?.unwrap_or(keep.clone()),
+            None => keep.clone(),
+        };
+        tracing::info!(view = %view.def.table.name, partitions = ?target.partitions,
             "building this node's part of a partitioned view again");
         let id = view.def.table.id;
         let key = keys::owned_partitions_key(id);
         engine
             .catalog
-            .clear_data(&view.table, (&key, &now.encode()))?;
+            .clear_data(&view.table, (&key, &target.encode()))?;
         super::handlers::create_mv::start(engine, &view, false).await?;
         let engine = engine.clone();
         tokio::spawn(async move {
@@ -322,11 +368,11 @@ async fn read_again(engine: &Engine, table: &Arc<Table>, now: &Owned) -> Result<
 /// How long a rebuild waits for split sources to read partitions they gained.
 const SOURCES_READY: Duration = Duration::from_secs(300);
 
-/// Waits until every split source's log holds the rows of `now`'s
-/// partitions, read up to where their rows topic ended when the source
-/// took them: a view built before would answer for partitions it has not
-/// seen whole.
-async fn sources_ready(engine: &Engine, now: &Owned) {
+/// Waits until every split source's log holds the rows of the partitions
+/// it keeps, read up to where their rows topic ended when the source took
+/// them: a view built before would answer for partitions it has not seen
+/// whole.
+async fn sources_ready(engine: &Engine) {
     let Some(share) = engine.share.borrow().clone() else {
         return;
     };
@@ -334,7 +380,10 @@ async fn sources_ready(engine: &Engine, now: &Owned) {
     let split = split_sources(engine, &ids);
     let deadline = tokio::time::Instant::now() + SOURCES_READY;
     for (table, _) in split {
-        while !share.ready_for(table.def.id, &now.partitions) {
+        let Ok(Some(kept)) = built_for(engine, table.def.id) else {
+            continue;
+        };
+        while !share.ready_for(table.def.id, &kept.partitions) {
             if tokio::time::Instant::now() > deadline {
                 tracing::warn!(source = %table.def.name, "a split source has not read the \
                     partitions this node gained; building its views anyway");
@@ -651,5 +700,39 @@ async fn get(address: &str, target: &str, node: &str) -> Result<Vec<u8>> {
         Some("200") => Ok(body.to_vec()),
         Some("503") => Err(Error::PrerequisiteState(said)),
         _ => Err(peer_error(node, format!("{status}: {said}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(partitions: impl IntoIterator<Item = u32>) -> Owned {
+        Owned {
+            count: 12,
+            partitions: partitions.into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn a_part_serves_while_it_holds_what_is_owned_and_nodes_did_not_join() {
+        // Without standbys a part serves exactly what is owned.
+        assert!(still_serves(&set(0..4), &set(0..4), &set(0..4)));
+        assert!(!still_serves(&set(0..4), &set(0..6), &set(0..6)));
+        assert!(!still_serves(&set(0..6), &set(0..4), &set(0..4)));
+        // A standby copy serves at once after a failure, even where the
+        // node would now keep other partitions beside it.
+        assert!(still_serves(&set(0..6), &set(0..6), &set(0..12)));
+        assert!(still_serves(&set(0..12), &set(6..12), &set(0..12)));
+        // Nodes joined: it keeps fewer than it holds, so it sheds them.
+        assert!(!still_serves(&set(0..12), &set(0..4), &set(0..6)));
+        assert!(!still_serves(
+            &Owned {
+                count: 6,
+                partitions: (0..6).collect()
+            },
+            &set(0..4),
+            &set(0..6)
+        ));
     }
 }

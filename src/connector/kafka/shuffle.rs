@@ -6,7 +6,9 @@
 //! source, into the partition its `partition_by` values hash to. Each node
 //! reads the rows topic's partitions it owns into the source's log. So a
 //! node decodes and logs only its share, and its log holds every row of
-//! the groups it owns.
+//! the groups it owns. With standbys a node's log keeps more rows
+//! partitions than it owns, so that it serves them at once if their owner
+//! fails; it feeds only the source partitions of those it owns.
 //!
 //! The feed commits its source offsets to Kafka after the rows topic
 //! acknowledged what it sent; a feed that restarts sends part of it again.
@@ -222,7 +224,7 @@ async fn kept_for(
     }
     let owned = Owned {
         count: share.count,
-        partitions: settled(&mut share.owned.clone()).await,
+        partitions: (share.keep)(&settled(&mut share.owned.clone()).await),
     };
     db.put_cf(cf(db, CF_STATE), &key, owned.encode())
         .map_err(crate::error::Error::from)?;
@@ -241,8 +243,8 @@ async fn settled(owned: &mut watch::Receiver<Vec<i32>>) -> Vec<u32> {
     now
 }
 
-/// One assignment's work: the feed of this node's share of the source
-/// and the reading of its rows partitions.
+/// The feed of this node's share of the source, and the reading of the
+/// rows partitions its log keeps (`owned`: its own, and with standbys more).
 struct Relay<'a> {
     node: &'a Node,
     table: &'a Arc<Table>,
@@ -253,8 +255,25 @@ struct Relay<'a> {
 }
 
 impl Relay<'_> {
-    /// Sends this node's share of the source on to the rows topic.
+    /// Sends the share of the source this node owns on to the rows topic,
+    /// following what it owns: its log may keep more partitions (standbys)
+    /// than it feeds, and with standbys a node that gains partitions keeps
+    /// its log and starts feeding them.
     async fn feed(&self) -> std::result::Result<(), Failure> {
+        let mut owned = self.share.owned.clone();
+        loop {
+            let mine = settled(&mut owned).await;
+            tokio::select! {
+                fed = self.feed_for(&mine) => return fed,
+                _ = owned.changed() => {}
+            }
+        }
+    }
+
+    /// Feeds the source partitions of cluster partitions `owned`. A feed
+    /// stopped by a rebalance may have relayed messages it did not commit:
+    /// the next feeder sends them again and readers drop the repeats.
+    async fn feed_for(&self, owned: &[u32]) -> std::result::Result<(), Failure> {
         let source = &self.options.client.topic;
         let group = feed_group(&self.share.cluster, self.table.def.id);
         let consumer: StreamConsumer = self
@@ -269,7 +288,7 @@ impl Relay<'_> {
         let mine: Vec<i32> = partitions(&consumer, source)
             .await?
             .into_iter()
-            .filter(|p| self.owned.contains(&(*p as u32 % self.share.count)))
+            .filter(|p| owned.contains(&(*p as u32 % self.share.count)))
             .collect();
         if mine.is_empty() {
             return std::future::pending().await;

@@ -224,6 +224,11 @@ struct Marks {
     /// topic brings each source partition from the node that reads it, and
     /// the nodes start sending at different times.
     wait_for_first: bool,
+    /// Whether it starts again too with the first rows after the whole
+    /// source was idle: those nodes also resume at different times, after a
+    /// pause or a rebalance, and the first to send must not carry the
+    /// watermark past what the others are about to send.
+    again_after_idle: bool,
 }
 
 impl Marks {
@@ -233,11 +238,17 @@ impl Marks {
         Marks {
             by_partition: partitions.iter().map(|p| (*p, (None, now))).collect(),
             wait_for_first,
+            again_after_idle: wait_for_first,
         }
     }
 
-    fn observe(&mut self, partition: (i32, i32), mark: Option<i64>) {
-        if self.wait_for_first {
+    fn observe(&mut self, partition: (i32, i32), mark: Option<i64>, idle: Duration) {
+        let all_idle = || {
+            self.by_partition
+                .values()
+                .all(|(_, seen)| seen.elapsed() >= idle)
+        };
+        if self.wait_for_first || (self.again_after_idle && all_idle()) {
             self.wait_for_first = false;
             let now = Instant::now();
             for entry in self.by_partition.values_mut() {
@@ -470,7 +481,7 @@ impl Reader {
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
         for read in reads {
             for (clock, mark) in read.marks {
-                self.marks.observe(clock, mark);
+                self.marks.observe(clock, mark, self.node.idle_timeout);
             }
             next.insert(read.partition, read.next);
             // What a stop left unread is read again after a restart, not
