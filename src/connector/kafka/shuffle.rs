@@ -265,7 +265,12 @@ impl Relay<'_> {
             let mine = settled(&mut owned).await;
             tokio::select! {
                 fed = self.feed_for(&mine) => return fed,
-                _ = owned.changed() => {}
+                changed = owned.changed() => {
+                    // The node left its cluster: it is stopping.
+                    if changed.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
             }
         }
     }
