@@ -188,15 +188,20 @@ pub fn owned_for_build(engine: &Engine, view: &View) -> Result<Option<Owned>> {
     if let Some(owned) = built_for(engine, view.def.table.id)? {
         return Ok(Some(owned));
     }
-    let owned = match split_sources(engine, &view.def.depends_on).first() {
-        Some((source, _)) => built_for(engine, source.def.id)?,
-        None => None,
-    };
-    let owned = owned.unwrap_or_else(|| to_keep(engine, &owned_now(engine)));
+    let owned = source_kept(engine, view)?.unwrap_or_else(|| to_keep(engine, &owned_now(engine)));
     let db = engine.store.db();
     let key = keys::owned_partitions_key(view.def.table.id);
     db.put_cf(cf(db, CF_STATE), &key, owned.encode())?;
     Ok(Some(owned))
+}
+
+/// The partitions the log of the split source `view` reads keeps, which
+/// are the ones the view holds; `None` for a view over no split source.
+fn source_kept(engine: &Engine, view: &View) -> Result<Option<Owned>> {
+    match split_sources(engine, &view.def.depends_on).first() {
+        Some((source, _)) => built_for(engine, source.def.id),
+        None => Ok(None),
+    }
 }
 
 /// The partitions a view's state, or a split source's log, was built
@@ -320,11 +325,7 @@ async fn rebuild_all(engine: &Arc<Engine>, now: &Owned) -> Result<()> {
         sources_ready(engine).await;
     }
     for (view, built) in stale.into_iter().zip(built) {
-        // A view over a split source holds the partitions its log keeps.
-        let target = match split_sources(engine, &view.def.depends_on).first() {
-            Some((source, _)) => built_for(engine, source.def.id)?.unwrap_or(keep.clone()),
-            None => keep.clone(),
-        };
+        let target = source_kept(engine, &view)?.unwrap_or_else(|| keep.clone());
         tracing::info!(view = %view.def.table.name, partitions = ?target.partitions,
             "building this node's part of a partitioned view again");
         let id = view.def.table.id;
