@@ -67,6 +67,17 @@ impl Store {
         // runtime); flushing every family together makes what a crash
         // leaves of those writes one consistent cut.
         options.set_atomic_flush(true);
+        // Flushes and compactions write files that no read needs soon (a
+        // live view reads its input from the memtable): through the page
+        // cache each written page is one more page the kernel must find,
+        // fill and later drop, which on a stream cost a third of the
+        // node's CPU (docs/benchmarks.md, "RocksDB writes past the page cache").
+        let direct = direct_io_works(path);
+        options.set_use_direct_io_for_flush_and_compaction(direct);
+        tracing::debug!(
+            direct,
+            "RocksDB flushes and compactions bypass the page cache"
+        );
         let cache = rocksdb::Cache::new_lru_cache(BLOCK_CACHE);
         let families = FAMILIES.into_iter().map(|name| {
             let mut options = family_options(&cache);
@@ -224,6 +235,24 @@ fn add_i64(
         total = total.checked_add(i64::from_le_bytes(value.try_into().ok()?))?;
     }
     Some(total.to_le_bytes().to_vec())
+}
+
+/// Whether files in `dir` can be written with `O_DIRECT`: not on tmpfs,
+/// nor on some network and overlay file systems, where RocksDB would then
+/// fail every flush.
+fn direct_io_works(dir: &Path) -> bool {
+    use rustix::fs::{Mode, OFlags};
+    const BLOCK: usize = 4096;
+    let probe = dir.join(".direct-io-probe");
+    let flags = OFlags::CREATE | OFlags::WRONLY | OFlags::TRUNC | OFlags::DIRECT;
+    let works = rustix::fs::open(&probe, flags, Mode::from_raw_mode(0o600)).is_ok_and(|file| {
+        // O_DIRECT wants the buffer aligned to the device's block.
+        let buffer = vec![0u8; 2 * BLOCK];
+        let start = buffer.as_ptr().align_offset(BLOCK);
+        rustix::io::write(&file, &buffer[start..start + BLOCK]).is_ok_and(|n| n == BLOCK)
+    });
+    let _ = std::fs::remove_file(&probe);
+    works
 }
 
 /// The longest delay RocksDB takes (a `u32` of seconds): never, in practice.
@@ -423,6 +452,33 @@ mod tests {
         assert_eq!(
             db.get_cf(rows, b"b").expect("get"),
             Some(counted(1, b"other"))
+        );
+    }
+
+    #[test]
+    fn direct_io_is_used_where_the_file_system_takes_it() {
+        let on_disk = tempfile::tempdir().expect("tempdir");
+        assert!(
+            super::direct_io_works(on_disk.path()),
+            "ext4 takes O_DIRECT"
+        );
+        let gone = on_disk.path().join("missing");
+        assert!(!super::direct_io_works(&gone), "no file, no direct writes");
+        let files = std::fs::read_dir(on_disk.path()).expect("list");
+        assert_eq!(files.count(), 0, "the probe is removed");
+        // tmpfs takes O_DIRECT from Linux 6.6 on and refuses it before:
+        // either way the store must flush.
+        let Ok(in_memory) = tempfile::tempdir_in("/dev/shm") else {
+            return;
+        };
+        let store = Store::open(in_memory.path()).expect("open");
+        let db = store.db();
+        db.put_cf(cf(db, CF_ROWS), b"a", counted(1, b"row"))
+            .expect("put");
+        db.flush_cf(cf(db, CF_ROWS)).expect("flush");
+        assert_eq!(
+            db.get_cf(cf(db, CF_ROWS), b"a").expect("get"),
+            Some(counted(1, b"row"))
         );
     }
 }
