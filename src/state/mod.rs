@@ -237,9 +237,9 @@ fn add_i64(
     Some(total.to_le_bytes().to_vec())
 }
 
-/// Whether files in `dir` can be written with `O_DIRECT`: not on tmpfs,
-/// nor on some network and overlay file systems, where RocksDB would then
-/// fail every flush.
+/// Whether files in `dir` can be written with `O_DIRECT`: not on tmpfs
+/// before Linux 6.6, nor on some network and overlay file systems, where
+/// RocksDB would then fail every flush.
 fn direct_io_works(dir: &Path) -> bool {
     use rustix::fs::{Mode, OFlags};
     const BLOCK: usize = 4096;
