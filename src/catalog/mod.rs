@@ -17,7 +17,7 @@ use rocksdb::{DB, WriteBatch, WriteOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::state::{CF_CATALOG, CF_LOG, CF_ROWS, CF_STATE, Store, cf, keys};
+use crate::state::{CF_CATALOG, CF_ROWS, CF_STATE, Store, cf, keys};
 
 pub use acl::{Acl, PUBLIC, Privilege};
 pub use comment::CommentKey;
@@ -447,6 +447,9 @@ impl Catalog {
         defs.sort_by_key(ObjectDef::id);
         for def in defs {
             let object = build(def)?;
+            if object.table().def.is_view() {
+                crate::log::embedded::move_changelog(&db, object.id())?;
+            }
             inner.by_name.insert(object_name(&object), object);
         }
         for entry in db.prefix_iterator_cf(cf(&db, CF_CATALOG), SUBSCRIPTION_PREFIX) {
@@ -979,8 +982,9 @@ impl Catalog {
         let prefix = keys::table_prefix(table.def.id);
         let end = keys::prefix_end(&prefix);
         batch.delete_range_cf(cf(&self.db, CF_ROWS), &prefix, &end);
-        let topic = keys::table_prefix(table.def.topic());
-        batch.delete_range_cf(cf(&self.db, CF_LOG), &topic, &keys::prefix_end(&topic));
+        let topic = table.def.log_topic();
+        let log = keys::table_prefix(topic.id);
+        batch.delete_range_cf(cf(&self.db, topic.family), &log, &keys::prefix_end(&log));
         batch.delete_range_cf(cf(&self.db, CF_STATE), &prefix, &end);
     }
 

@@ -304,6 +304,16 @@ impl TableDef {
         self.id
     }
 
+    /// The topic with where it is stored: a view's changelog apart from
+    /// tables' logs.
+    pub fn log_topic(&self) -> crate::log::Topic {
+        if self.is_view() {
+            crate::log::Topic::changelog(self.id)
+        } else {
+            crate::log::Topic::table(self.id)
+        }
+    }
+
     /// Whether event time advances in this relation's topic.
     pub fn has_watermark(&self) -> bool {
         self.watermark.is_some() || self.watermarked

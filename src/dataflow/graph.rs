@@ -41,6 +41,10 @@ impl Source {
         self.table.def.topic()
     }
 
+    pub fn log_topic(&self) -> crate::log::Topic {
+        self.table.def.log_topic()
+    }
+
     /// Partitions of the topic: views keep their changelog in one.
     pub fn partitions(&self) -> u32 {
         if self.table.def.is_view() {

@@ -103,7 +103,7 @@ impl IndexRead {
     /// trail, some are no longer in the log, or the index lacks columns
     /// the trailing rows would need.
     pub fn catch_up(&self, view: &ReadView) -> Result<Option<Trailing>> {
-        let topic = self.base.def.topic();
+        let topic = self.base.def.log_topic();
         let mut trailing = Vec::new();
         let mut count = 0u64;
         for partition in 0..self.base.def.partitions.max(1) {
@@ -136,7 +136,7 @@ impl IndexRead {
         let mut start = u64::MAX;
         embedded::read_raw(
             view,
-            self.base.def.topic(),
+            self.base.def.log_topic(),
             partition,
             0,
             |base, _, _, _| {
@@ -172,7 +172,7 @@ impl IndexRead {
                 *counts.entry(row.data().to_vec()).or_default() += 1;
             }
         }
-        let topic = self.base.def.topic();
+        let topic = self.base.def.log_topic();
         for (partition, read) in &trailing.0 {
             embedded::read_partition(view, topic, *partition, *read, |_, chunk| {
                 for entry in chunk.entries {

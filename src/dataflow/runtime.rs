@@ -45,6 +45,7 @@ use crate::dataflow::profile::{Profile, Profiles};
 use crate::dataflow::state::LateEvent;
 use crate::dataflow::task::{self, Report, Resume, Tasks, Trigger, decode_mark};
 use crate::error::{Error, Result};
+use crate::log::Topic;
 use crate::log::writer::log_end;
 use crate::state::{CF_STATE, ReadView, cf, keys, read_u64};
 
@@ -83,7 +84,7 @@ enum Command {
     /// Wait until one view has read everything its sources held when asked.
     CatchUp(u64, oneshot::Sender<Result<()>>),
     /// Keep a topic's changes as written for at least this long.
-    Retain(u64, Retention),
+    Retain(Topic, Retention),
 }
 
 /// How long a topic's changes stay as written, and what becomes of them
@@ -130,7 +131,7 @@ pub struct Runtime {
 
 /// A topic a dataflow reads.
 struct Input {
-    topic: u64,
+    topic: Topic,
     partitions: u32,
     is_view: bool,
 }
@@ -230,7 +231,7 @@ impl Runtime {
 
     /// Keep `topic`'s changes as written for at least `retention`'s
     /// time; a longer one asked for the same topic wins.
-    pub fn retain(&self, topic: u64, retention: Retention) -> Result<()> {
+    pub fn retain(&self, topic: Topic, retention: Retention) -> Result<()> {
         self.send(Command::Retain(topic, retention))
     }
 
@@ -280,7 +281,7 @@ struct Worker {
     /// Tells change streams an epoch committed.
     epochs: watch::Sender<u64>,
     /// How long each topic's changes stay as written, and when it was last compacted.
-    retention: HashMap<u64, (Retention, i64)>,
+    retention: HashMap<Topic, (Retention, i64)>,
     /// Epochs were written without the WAL since the last flush.
     unlogged: bool,
     /// Every running view's graph and counters.
@@ -368,7 +369,7 @@ impl Worker {
                 // Dropping a dataflow's handle closes its channels: its tasks end.
                 self.running.retain(|r| r.view != view);
                 self.profiles.remove(view);
-                self.retention.remove(&view);
+                self.retention.retain(|topic, _| topic.id != view);
                 self.settings.failures.clear(view);
                 self.progress
                     .lock()
@@ -423,7 +424,7 @@ impl Worker {
                 .sources
                 .push(read_mark(&db, &keys::source_watermark_key(view, index))?);
             inputs.push(Input {
-                topic: source.topic(),
+                topic: source.log_topic(),
                 partitions: source.partitions(),
                 is_view: source.table.def.is_view(),
             });
@@ -469,7 +470,7 @@ impl Worker {
             for input in &running.inputs {
                 for partition in 0..input.partitions {
                     targets.insert(
-                        (input.topic, partition),
+                        (input.topic.id, partition),
                         log_end(db, input.topic, partition)?,
                     );
                 }
@@ -645,16 +646,20 @@ impl Worker {
         }
         for (topic, retention) in due {
             for partition in 0..retention.partitions.max(1) {
-                let limit = self.unread(topic, partition);
+                let limit = self.unread(topic.id, partition);
                 let before = now - retention.micros;
                 let outcome = match retention.expire {
                     true => crate::log::embedded::expire(db, topic, partition, before, limit),
                     false => crate::log::embedded::compact(db, topic, partition, before, limit),
                 };
                 match outcome {
-                    Ok(Some(epoch)) => tracing::debug!(topic, partition, epoch, "log compacted"),
+                    Ok(Some(epoch)) => {
+                        tracing::debug!(topic = topic.id, partition, epoch, "log compacted")
+                    }
                     Ok(None) => {}
-                    Err(e) => tracing::warn!(topic, partition, cause = %e, "log compaction failed"),
+                    Err(e) => {
+                        tracing::warn!(topic = topic.id, partition, cause = %e, "log compaction failed")
+                    }
                 }
             }
         }
@@ -668,7 +673,7 @@ impl Worker {
                 r.inputs
                     .iter()
                     .enumerate()
-                    .filter(|(_, input)| input.topic == topic)
+                    .filter(|(_, input)| input.topic.id == topic)
                     .map(|(index, _)| r.offsets.get(&(index, partition)).copied().unwrap_or(0))
             })
             .min()
@@ -745,7 +750,7 @@ impl Worker {
                         .get(&(index, partition))
                         .copied()
                         .unwrap_or(0);
-                    let target = match waiter.targets.get(&(input.topic, partition)) {
+                    let target = match waiter.targets.get(&(input.topic.id, partition)) {
                         Some(t) if !input.is_view => *t,
                         _ => log_end(db, input.topic, partition)?,
                     };
@@ -803,15 +808,15 @@ fn append_system(
         compacted: false,
     };
     let encoded = table.codec.encode_rows(rows)?;
-    let topic = table.def.topic();
+    let topic = table.def.log_topic();
     let mut next = log_end(db, topic, 0)?;
     let records: Vec<&[u8]> = encoded.iter().map(|r| r.data()).collect();
     for chunk in records.chunks(crate::log::embedded::CHUNK_ROWS) {
         let bytes =
             crate::log::embedded::encode_chunk(chunk.iter().map(|r| (1, *r)), None, Some(stamp));
         batch.put_cf(
-            cf(db, crate::state::CF_LOG),
-            keys::log_key(topic, 0, next),
+            cf(db, topic.family),
+            keys::log_key(topic.id, 0, next),
             bytes,
         );
         next += chunk.len() as u64;

@@ -10,7 +10,7 @@ use rocksdb::{DB, WriteBatch};
 
 use crate::dataflow::errors::RowErrors;
 use crate::error::Result;
-use crate::state::{CF_LOG, CF_ROWS, CF_STATE, cf};
+use crate::state::{CF_CHANGELOG, CF_ROWS, CF_STATE, cf};
 
 /// A row a window operator refused because its window was already final.
 #[derive(Debug, Clone, PartialEq)]
@@ -390,7 +390,7 @@ impl EpochState {
         for (key, value) in std::mem::take(&mut self.added) {
             batch.merge_cf(rows, key, value);
         }
-        let log = cf(&self.db, CF_LOG);
+        let log = cf(&self.db, CF_CHANGELOG);
         for (key, chunk) in std::mem::take(&mut self.log) {
             batch.put_cf(log, key, chunk);
         }

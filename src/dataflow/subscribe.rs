@@ -410,7 +410,7 @@ impl Subscription {
         self.check_exists(node)?;
         let view = node.store.read_view();
         let committed = read_counter(&view, self.clock.key())?;
-        let topic = self.table.def.topic();
+        let topic = self.table.def.log_topic();
         let from = self.positions.first().copied().unwrap_or(0);
         let mut next = from;
         let mut pieces = Vec::new();
@@ -427,7 +427,7 @@ impl Subscription {
                 return Ok(true);
             }
             self.delivered = self.delivered.max(stamp.epoch);
-            let key = (topic, base, count as usize, encoder.format.clone());
+            let key = (topic.id, base, count as usize, encoder.format.clone());
             let piece = match cache.get(&key) {
                 Some(piece) => piece,
                 None => {
@@ -498,7 +498,7 @@ impl Subscription {
     /// Where reading starts: the snapshot's end (after queueing the
     /// snapshot itself), or right after the `AS OF` epoch.
     fn start(&mut self, view: &ReadView, committed: u64) -> Result<Vec<u64>> {
-        let topic = self.table.def.topic();
+        let topic = self.table.def.log_topic();
         let partitions = self.partitions();
         if let Some(epoch) = self.options.as_of {
             if epoch > committed {
@@ -551,7 +551,7 @@ impl Subscription {
         let mut rows = Vec::new();
         if def.contents_in_log() {
             for partition in 0..def.partitions.max(1) {
-                embedded::read_partition(view, def.topic(), partition, 0, |_, chunk| {
+                embedded::read_partition(view, def.log_topic(), partition, 0, |_, chunk| {
                     rows.extend(chunk.entries.iter().map(|e| (e.diff, e.row.to_vec())));
                     Ok(true)
                 })?;
@@ -584,7 +584,7 @@ impl Subscription {
         view: &ReadView,
         positions: Vec<u64>,
     ) -> Result<(Vec<Update>, Vec<u64>)> {
-        let topic = self.table.def.topic();
+        let topic = self.table.def.log_topic();
         let budget = POLL_RECORDS / positions.len().max(1);
         let mut chunks: Vec<Vec<Read>> = Vec::new();
         let mut cutoff = u64::MAX;

@@ -1,29 +1,31 @@
-//! The embedded log, stored in the `log` column family of the node's RocksDB.
+//! The embedded log, stored in the node's RocksDB: tables' logs in the
+//! `log` column family, views' changelogs in `changelog` ([`Topic`]).
 //! Records are laid out in chunks ([`super::chunk`]), one RocksDB entry each,
 //! keyed by topic, partition and the chunk's first offset.
 
+use super::Topic;
 pub use super::chunk::{
     CHUNK_ROWS, Chunk, ChunkBody, ChunkEntry, Stamp, TRAILER_BYTES, chunk_head, chunk_len,
     decode_chunk, encode_chunk, push_trailer,
 };
 use super::chunk::{corrupt, head};
 use crate::error::Result;
-use crate::state::{CF_LOG, ReadView, keys};
+use crate::state::{ReadView, keys};
 
 /// The chunks of a partition that start at or after `from`, undecoded:
 /// base offset, record count, stamp and the stored bytes.
 pub fn read_raw(
     view: &ReadView,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     from: u64,
     mut visit: impl FnMut(u64, u64, Option<Stamp>, &[u8]) -> Result<bool>,
 ) -> Result<()> {
-    let prefix = keys::log_partition_prefix(topic, partition);
+    let prefix = keys::log_partition_prefix(topic.id, partition);
     let upper = keys::prefix_end(&prefix);
     view.scan(
-        CF_LOG,
-        keys::log_key(topic, partition, from),
+        topic.family,
+        keys::log_key(topic.id, partition, from),
         upper,
         |key, value| {
             let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
@@ -39,16 +41,20 @@ pub fn read_raw(
 /// false to stop early.
 pub fn read_partition(
     view: &ReadView,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     from: u64,
     mut visit: impl FnMut(u64, Chunk<'_>) -> Result<bool>,
 ) -> Result<()> {
-    let prefix = keys::log_partition_prefix(topic, partition);
+    let prefix = keys::log_partition_prefix(topic.id, partition);
     let upper = keys::prefix_end(&prefix);
     // A chunk that starts before `from` may still hold it: start one chunk early.
-    let lower = keys::log_key(topic, partition, from.saturating_sub(CHUNK_ROWS as u64 - 1));
-    view.scan(CF_LOG, lower, upper, |key, value| {
+    let lower = keys::log_key(
+        topic.id,
+        partition,
+        from.saturating_sub(CHUNK_ROWS as u64 - 1),
+    );
+    view.scan(topic.family, lower, upper, |key, value| {
         let base = keys::log_key_offset(key).ok_or_else(corrupt)?;
         let chunk = decode_chunk(value)?;
         let end = base + chunk.entries.len() as u64;
@@ -77,9 +83,11 @@ pub struct Tail {
     pub watermark: Option<i64>,
 }
 
-pub fn tail(view: &ReadView, topic: u64, partition: u32) -> Result<Tail> {
-    let prefix = keys::log_partition_prefix(topic, partition);
-    let Some((key, value)) = view.at_or_before(CF_LOG, &prefix, &keys::prefix_end(&prefix))? else {
+pub fn tail(view: &ReadView, topic: Topic, partition: u32) -> Result<Tail> {
+    let prefix = keys::log_partition_prefix(topic.id, partition);
+    let Some((key, value)) =
+        view.at_or_before(topic.family, &prefix, &keys::prefix_end(&prefix))?
+    else {
         return Ok(Tail::default());
     };
     let base = keys::log_key_offset(&key).ok_or_else(corrupt)?;
@@ -93,13 +101,13 @@ pub fn tail(view: &ReadView, topic: u64, partition: u32) -> Result<Tail> {
 /// The chunk holding `offset` (or the last one before it): base and stamp.
 fn chunk_at(
     view: &ReadView,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     offset: u64,
 ) -> Result<Option<(u64, u64, Option<Stamp>)>> {
-    let prefix = keys::log_partition_prefix(topic, partition);
-    let key = keys::log_key(topic, partition, offset);
-    let Some((key, value)) = view.at_or_before(CF_LOG, &prefix, &key)? else {
+    let prefix = keys::log_partition_prefix(topic.id, partition);
+    let key = keys::log_key(topic.id, partition, offset);
+    let Some((key, value)) = view.at_or_before(topic.family, &prefix, &key)? else {
         return Ok(None);
     };
     let base = keys::log_key_offset(&key).ok_or_else(corrupt)?;
@@ -113,15 +121,15 @@ fn chunk_at(
 /// oldest epoch it can resume after.
 pub fn after_epoch(
     view: &ReadView,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     epoch: u64,
 ) -> Result<std::result::Result<u64, u64>> {
-    let prefix = keys::log_partition_prefix(topic, partition);
+    let prefix = keys::log_partition_prefix(topic.id, partition);
     let mut lower = 0;
     let mut first_chunk = None;
     view.scan(
-        CF_LOG,
+        topic.family,
         prefix.clone(),
         keys::prefix_end(&prefix),
         |key, value| {
@@ -163,7 +171,7 @@ pub fn after_epoch(
 /// The caller must be the partition's only writer while this runs.
 pub fn compact(
     db: &rocksdb::DB,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     before: i64,
     limit: u64,
@@ -178,7 +186,7 @@ pub fn compact(
 /// when nothing went.
 pub fn expire(
     db: &rocksdb::DB,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     before: i64,
     limit: u64,
@@ -192,18 +200,18 @@ pub fn expire(
 /// read from.
 fn rewrite_start(
     db: &rocksdb::DB,
-    topic: u64,
+    topic: Topic,
     partition: u32,
     before: i64,
     limit: u64,
     keep: bool,
 ) -> Result<Option<u64>> {
-    let prefix = keys::log_partition_prefix(topic, partition);
-    let Some(last) = last_base(db, &prefix)? else {
+    let prefix = keys::log_partition_prefix(topic.id, partition);
+    let Some(last) = last_base(db, topic, &prefix)? else {
         return Ok(None);
     };
     let mut fold = Fold::default();
-    let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
+    let mut iter = db.raw_iterator_cf(crate::state::cf(db, topic.family));
     iter.seek(&prefix);
     while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
         if !key.starts_with(&prefix) {
@@ -230,10 +238,14 @@ fn rewrite_start(
         return Ok(None);
     }
     let mut batch = rocksdb::WriteBatch::default();
-    let family = crate::state::cf(db, CF_LOG);
-    batch.delete_range_cf(family, &prefix, &keys::log_key(topic, partition, fold.end));
+    let family = crate::state::cf(db, topic.family);
+    batch.delete_range_cf(
+        family,
+        &prefix,
+        &keys::log_key(topic.id, partition, fold.end),
+    );
     let epoch = fold.stamp.epoch;
-    for (key, chunk) in fold.chunks(topic, partition) {
+    for (key, chunk) in fold.chunks(topic.id, partition) {
         batch.put_cf(family, key, chunk);
     }
     db.write(batch)?;
@@ -241,8 +253,8 @@ fn rewrite_start(
 }
 
 /// The base offset of a partition's last chunk.
-fn last_base(db: &rocksdb::DB, prefix: &[u8]) -> Result<Option<u64>> {
-    let mut iter = db.raw_iterator_cf(crate::state::cf(db, CF_LOG));
+fn last_base(db: &rocksdb::DB, topic: Topic, prefix: &[u8]) -> Result<Option<u64>> {
+    let mut iter = db.raw_iterator_cf(crate::state::cf(db, topic.family));
     iter.seek_for_prev(keys::prefix_end(prefix));
     iter.status()?;
     match iter.key() {
@@ -251,6 +263,43 @@ fn last_base(db: &rocksdb::DB, prefix: &[u8]) -> Result<Option<u64>> {
         }
         _ => Ok(None),
     }
+}
+
+/// Move a view's changelog out of the `log` family, where versions before
+/// the `changelog` family kept it. Returns whether there was one. The
+/// copies are written before the delete, in that order in RocksDB's log,
+/// so a crash midway leaves every chunk in the old family at least, and
+/// the next start moves them again.
+pub fn move_changelog(db: &rocksdb::DB, view: u64) -> Result<bool> {
+    const BATCH_BYTES: usize = 32 << 20;
+    let (from, to) = (Topic::table(view), Topic::changelog(view));
+    let prefix = keys::table_prefix(view);
+    let end = keys::prefix_end(&prefix);
+    let (old, new) = (
+        crate::state::cf(db, from.family),
+        crate::state::cf(db, to.family),
+    );
+    let mut iter = db.raw_iterator_cf(old);
+    iter.seek(&prefix);
+    let mut batch = rocksdb::WriteBatch::default();
+    let mut moved = false;
+    while let (Some(key), Some(value)) = (iter.key(), iter.value()) {
+        if !key.starts_with(&prefix) {
+            break;
+        }
+        batch.put_cf(new, key, value);
+        moved = true;
+        if batch.size_in_bytes() >= BATCH_BYTES {
+            db.write(std::mem::take(&mut batch))?;
+        }
+        iter.next();
+    }
+    iter.status()?;
+    if moved {
+        batch.delete_range_cf(old, &prefix, &end);
+        db.write(batch)?;
+    }
+    Ok(moved)
 }
 
 /// Records being folded by [`compact`]: net weight per row, in first-seen order.
@@ -355,6 +404,37 @@ mod tests {
         assert_eq!(decode_chunk(&unmarked).expect("decode").stamp, Some(stamp));
         assert_eq!(chunk.entries[1], ChunkEntry { diff: -1, row: b"" });
         assert_eq!(chunk.entries[2].row, b"three");
+    }
+
+    #[test]
+    fn a_changelog_left_in_the_log_family_moves_to_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::state::Store::open(dir.path()).expect("open");
+        let db = store.db();
+        let log = crate::state::cf(db, crate::state::CF_LOG);
+        let chunk = |row: &[u8]| encode_chunk([(1, row)], None, None);
+        // The view (5) between a table (4) and another view (6), as older
+        // versions stored them.
+        for (topic, offset, row) in [(4, 0, &b"t"[..]), (5, 0, b"a"), (5, 1, b"b"), (6, 0, b"c")] {
+            db.put_cf(log, keys::log_key(topic, 0, offset), chunk(row))
+                .expect("put");
+        }
+        assert!(move_changelog(db, 5).expect("move"));
+        assert!(!move_changelog(db, 5).expect("move again"));
+        let rows = |topic: Topic| {
+            let mut rows = Vec::new();
+            read_partition(&store.read_view(), topic, 0, 0, |_, chunk| {
+                rows.extend(chunk.entries.iter().map(|e| e.row.to_vec()));
+                Ok(true)
+            })
+            .expect("read");
+            rows
+        };
+        assert_eq!(rows(Topic::changelog(5)), [b"a".to_vec(), b"b".to_vec()]);
+        assert!(rows(Topic::table(5)).is_empty());
+        assert_eq!(rows(Topic::table(4)), [b"t".to_vec()]);
+        assert_eq!(rows(Topic::table(6)), [b"c".to_vec()]);
+        assert!(rows(Topic::changelog(6)).is_empty());
     }
 
     #[test]

@@ -107,7 +107,9 @@ impl Engine {
 
     /// Compacts one relation's rows, state and changelog (`VACUUM name`).
     pub fn compact_relation(&self, table: &crate::catalog::Table) {
-        self.store.compact_relation(table.def.id, table.def.topic())
+        let topic = table.def.log_topic();
+        self.store
+            .compact_relation(table.def.id, topic.family, topic.id)
     }
 
     /// The operator state entries of each materialized view, by name.
@@ -198,7 +200,7 @@ impl Engine {
     pub(super) fn log_records(&self, table: &crate::catalog::Table) -> u64 {
         (0..table.def.partitions.max(1))
             .map(|p| {
-                crate::log::writer::log_end(self.store.db(), table.def.topic(), p).unwrap_or(0)
+                crate::log::writer::log_end(self.store.db(), table.def.log_topic(), p).unwrap_or(0)
             })
             .sum()
     }

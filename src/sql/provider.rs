@@ -343,7 +343,7 @@ pub fn local_rows(
     };
     if table.def.contents_in_log() {
         for partition in 0..table.def.partitions {
-            embedded::read_partition(view, table.def.topic(), partition, 0, |_, chunk| {
+            embedded::read_partition(view, table.def.log_topic(), partition, 0, |_, chunk| {
                 Ok(keep(table.codec.decode(chunk.added_rows())?))
             })?;
         }
@@ -603,7 +603,7 @@ impl PartitionStream for LogScan {
         let view = self.view.clone();
         let partition = self.partition;
         spawn_reader(self.table.schema.clone(), move |emit| {
-            let topic = table.def.topic();
+            let topic = table.def.log_topic();
             embedded::read_partition(&view, topic, partition, 0, |_, chunk| {
                 Ok(emit(table.codec.decode(chunk.added_rows())?))
             })

@@ -3,7 +3,9 @@
 //! Column families, each with its key layout in [`keys`]:
 //! - `catalog`: object definitions (JSON) and the id sequence;
 //! - `rows`: current contents of keyed tables, `table id ++ key -> row`;
-//! - `log`: the embedded log, `topic ++ partition ++ base offset -> chunk`;
+//! - `log`: the embedded log of tables and sources, `topic ++ partition ++
+//!   base offset -> chunk`;
+//! - `changelog`: views' changelogs, laid out as `log` (`log::Topic`);
 //! - `state`: dataflow operator state and source offsets, `view id ++ node ++ ...`.
 //!
 //! Writes go through the log's writer (`log::writer`), which
@@ -33,9 +35,12 @@ pub static ENTRIES_READ: AtomicU64 = AtomicU64::new(0);
 pub const CF_CATALOG: &str = "catalog";
 pub const CF_ROWS: &str = "rows";
 pub const CF_LOG: &str = "log";
+pub const CF_CHANGELOG: &str = "changelog";
 pub const CF_STATE: &str = "state";
 /// Every column family, in the order they are opened.
-const FAMILIES: [&str; 4] = [CF_CATALOG, CF_ROWS, CF_LOG, CF_STATE];
+const FAMILIES: [&str; 5] = [CF_CATALOG, CF_ROWS, CF_LOG, CF_CHANGELOG, CF_STATE];
+/// The families that hold log chunks, read once in order and written once.
+const LOG_FAMILIES: [&str; 2] = [CF_LOG, CF_CHANGELOG];
 
 /// The node's RocksDB instance.
 pub struct Store {
@@ -87,7 +92,7 @@ impl Store {
             if name == CF_STATE {
                 options.set_merge_operator_associative("weir_add_i64", add_i64);
             }
-            if name == CF_LOG {
+            if LOG_FAMILIES.contains(&name) {
                 // Every view's backfill reads the log from the start, so
                 // decompressing it would be paid again by each one.
                 options.set_compression_type(rocksdb::DBCompressionType::None);
@@ -103,7 +108,7 @@ impl Store {
         // are written once, and table rows mostly so. Operator state, which
         // deletes what it no longer needs, keeps the rewrite that drops its
         // tombstones. The option is mutable only, hence set on the open store.
-        for family in [CF_LOG, CF_ROWS] {
+        for family in [CF_LOG, CF_CHANGELOG, CF_ROWS] {
             db.set_options_cf(
                 cf(&db, family),
                 &[("bottommost_file_compaction_delay", NEVER_SECONDS)],
@@ -162,12 +167,12 @@ impl Store {
     }
 
     /// Compact one relation's keys: its rows and its operator state under
-    /// `id`, its changelog under `topic` (`VACUUM name`).
-    pub fn compact_relation(&self, id: u64, topic: u64) {
+    /// `id`, its log or changelog `topic` in `log_family` (`VACUUM name`).
+    pub fn compact_relation(&self, id: u64, log_family: &str, topic: u64) {
         let ranges = [
             (CF_ROWS, keys::table_prefix(id)),
             (CF_STATE, keys::table_prefix(id)),
-            (CF_LOG, keys::table_prefix(topic)),
+            (log_family, keys::table_prefix(topic)),
         ];
         for (name, prefix) in ranges {
             let end = keys::prefix_end(&prefix);
@@ -393,7 +398,7 @@ impl ReadView {
         let db = self.db();
         let mut options = self.read_options();
         options.set_iterate_range(lower.clone()..upper);
-        if family == CF_LOG {
+        if LOG_FAMILIES.contains(&family) {
             // Log chunks are read once, in order, and are large: caching
             // them would push out the state blocks that lookups reuse.
             options.fill_cache(false);

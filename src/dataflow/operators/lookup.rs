@@ -202,10 +202,16 @@ impl LookupJoin {
         let view = ReadView::new(cx.state.db().clone(), |db| db.snapshot());
         let mut rows = Vec::new();
         for partition in 0..self.table.def.partitions.max(1) {
-            embedded::read_partition(&view, self.table.def.topic(), partition, 0, |_, chunk| {
-                rows.extend(chunk.added_rows().map(<[u8]>::to_vec));
-                Ok(true)
-            })?;
+            embedded::read_partition(
+                &view,
+                self.table.def.log_topic(),
+                partition,
+                0,
+                |_, chunk| {
+                    rows.extend(chunk.added_rows().map(<[u8]>::to_vec));
+                    Ok(true)
+                },
+            )?;
         }
         Ok(rows)
     }

@@ -10,8 +10,9 @@ use std::collections::hash_map::Entry;
 use rocksdb::DB;
 
 use crate::error::{Error, Result};
+use crate::log::Topic;
 use crate::log::embedded::{chunk_len, decode_chunk};
-use crate::state::{CF_LOG, CF_ROWS, cf, keys};
+use crate::state::{CF_ROWS, cf, keys};
 
 /// Next offset of each topic partition and each topic's watermark, loaded
 /// from the log on first use.
@@ -38,7 +39,7 @@ impl Offsets {
         }
         let mut watermark = None;
         for partition in 0..partitions.max(1) {
-            watermark = watermark.max(log_watermark(db, topic, partition)?);
+            watermark = watermark.max(log_watermark(db, Topic::table(topic), partition)?);
         }
         self.watermarks.insert(topic, watermark);
         Ok(watermark)
@@ -48,7 +49,7 @@ impl Offsets {
         if let Some(next) = self.next.get(&(topic, partition)) {
             return Ok(*next);
         }
-        let next = log_end(db, topic, partition)?;
+        let next = log_end(db, Topic::table(topic), partition)?;
         self.next.insert((topic, partition), next);
         Ok(next)
     }
@@ -97,9 +98,9 @@ impl Offsets {
 }
 
 /// The watermark carried by a partition's last chunk, if any.
-pub fn log_watermark(db: &DB, topic: u64, partition: u32) -> Result<Option<i64>> {
-    let prefix = keys::log_partition_prefix(topic, partition);
-    let mut iter = db.raw_iterator_cf(cf(db, CF_LOG));
+pub fn log_watermark(db: &DB, topic: Topic, partition: u32) -> Result<Option<i64>> {
+    let prefix = keys::log_partition_prefix(topic.id, partition);
+    let mut iter = db.raw_iterator_cf(cf(db, topic.family));
     iter.seek_for_prev(keys::prefix_end(&prefix));
     iter.status()?;
     match (iter.key(), iter.value()) {
@@ -109,9 +110,9 @@ pub fn log_watermark(db: &DB, topic: u64, partition: u32) -> Result<Option<i64>>
 }
 
 /// The offset after the last record of a partition.
-pub fn log_end(db: &DB, topic: u64, partition: u32) -> Result<u64> {
-    let prefix = keys::log_partition_prefix(topic, partition);
-    let mut iter = db.raw_iterator_cf(cf(db, CF_LOG));
+pub fn log_end(db: &DB, topic: Topic, partition: u32) -> Result<u64> {
+    let prefix = keys::log_partition_prefix(topic.id, partition);
+    let mut iter = db.raw_iterator_cf(cf(db, topic.family));
     iter.seek_for_prev(keys::prefix_end(&prefix));
     iter.status()?;
     if !iter.valid() {

@@ -38,7 +38,9 @@ fn insert_one(key: &[u8], value: &[u8]) -> WriteOp {
 fn total_log(store: &Store) -> u64 {
     let _ = store.read_view();
     let db = store.db();
-    (0..2).map(|p| log_end(db, 7, p).expect("log end")).sum()
+    (0..2)
+        .map(|p| log_end(db, crate::log::Topic::table(7), p).expect("log end"))
+        .sum()
 }
 
 /// Records in the test table's log as stored, compacted runs included.
@@ -46,10 +48,16 @@ fn stored_records(store: &Store) -> u64 {
     let view = store.read_view();
     let mut records = 0;
     for partition in 0..2 {
-        crate::log::embedded::read_raw(&view, 7, partition, 0, |_, count, _, _| {
-            records += count;
-            Ok(true)
-        })
+        crate::log::embedded::read_raw(
+            &view,
+            crate::log::Topic::table(7),
+            partition,
+            0,
+            |_, count, _, _| {
+                records += count;
+                Ok(true)
+            },
+        )
         .expect("read");
     }
     records
@@ -76,8 +84,14 @@ async fn an_upserted_tables_compacted_log_holds_its_live_rows() {
     let written = stored_records(&store);
     let ends = total_log(&store);
     for partition in 0..2 {
-        crate::log::embedded::compact(store.db(), 7, partition, i64::MAX, u64::MAX)
-            .expect("compact");
+        crate::log::embedded::compact(
+            store.db(),
+            crate::log::Topic::table(7),
+            partition,
+            i64::MAX,
+            u64::MAX,
+        )
+        .expect("compact");
     }
     let kept = stored_records(&store);
     // Seven live rows, plus each partition's last write kept as written.
@@ -328,16 +342,22 @@ async fn a_staged_append_only_load_is_logged_in_whole_stamped_chunks() {
     let mut chunks = Vec::new();
     let mut read = Vec::new();
     for partition in 0..2 {
-        crate::log::embedded::read_partition(&view, 7, partition, 0, |base, chunk| {
-            chunks.push((
-                base,
-                chunk.entries.len(),
-                chunk.watermark,
-                chunk.stamp.is_some(),
-            ));
-            read.extend(chunk.entries.iter().map(|e| (e.diff, e.row.to_vec())));
-            Ok(true)
-        })
+        crate::log::embedded::read_partition(
+            &view,
+            crate::log::Topic::table(7),
+            partition,
+            0,
+            |base, chunk| {
+                chunks.push((
+                    base,
+                    chunk.entries.len(),
+                    chunk.watermark,
+                    chunk.stamp.is_some(),
+                ));
+                read.extend(chunk.entries.iter().map(|e| (e.diff, e.row.to_vec())));
+                Ok(true)
+            },
+        )
         .expect("read");
     }
     assert_eq!(

@@ -356,7 +356,7 @@ pub async fn start(engine: &Arc<Engine>, view: &Arc<View>, creating: bool) -> Re
     let retention = subscribed.fold(view.def.retention, i64::max);
     let partitions = view.table.def.partitions.max(1);
     engine.runtime.retain(
-        id,
+        view.table.def.log_topic(),
         crate::dataflow::runtime::Retention::fold(retention, partitions),
     )
 }
@@ -372,7 +372,7 @@ fn build(engine: &Arc<Engine>, view: &View, plan: &LogicalPlan) -> Result<Datafl
         None => plan,
     };
     let table = view.table.clone();
-    let changelog_end = log_end(engine.store.db(), table.def.topic(), 0)?;
+    let changelog_end = log_end(engine.store.db(), table.def.log_topic(), 0)?;
     let props = datafusion::execution::context::ExecutionProps::new();
     Planner::new(&engine.catalog, &props)
         .with_emit(view.def.emit)

@@ -108,7 +108,7 @@ pub fn retain_log(engine: &Engine, def: &TableDef, at_least: i64) -> Result<()> 
             Retention::fold(micros.max(at_least), partitions)
         }
     };
-    engine.runtime.retain(def.topic(), retention)
+    engine.runtime.retain(def.log_topic(), retention)
 }
 
 /// `WITH (retention = '1 day')` (or RisingWave's `retention_seconds = 86400`),

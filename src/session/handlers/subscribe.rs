@@ -329,7 +329,7 @@ pub fn create_subscription(
     if table.def.is_view() {
         let partitions = table.def.partitions.max(1);
         let fold = crate::dataflow::runtime::Retention::fold(retention, partitions);
-        engine.runtime.retain(table.def.id, fold)?;
+        engine.runtime.retain(table.def.log_topic(), fold)?;
     } else {
         super::ddl::retain_log(engine, &table.def, retention)?;
     }
