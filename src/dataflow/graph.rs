@@ -37,11 +37,7 @@ pub struct Source {
 pub const WHOLE_ROW: &str = "__whole_row";
 
 impl Source {
-    pub fn topic(&self) -> u64 {
-        self.table.def.topic()
-    }
-
-    pub fn log_topic(&self) -> crate::log::Topic {
+    pub fn topic(&self) -> crate::log::Topic {
         self.table.def.log_topic()
     }
 

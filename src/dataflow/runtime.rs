@@ -424,7 +424,7 @@ impl Worker {
                 .sources
                 .push(read_mark(&db, &keys::source_watermark_key(view, index))?);
             inputs.push(Input {
-                topic: source.log_topic(),
+                topic: source.topic(),
                 partitions: source.partitions(),
                 is_view: source.table.def.is_view(),
             });

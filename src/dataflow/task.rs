@@ -664,7 +664,7 @@ impl SourceTask {
         let mut batches = Vec::new();
         let mut read = 0;
         let mut next = at;
-        read_partition(view, source.log_topic(), partition, at, |base, chunk| {
+        read_partition(view, source.topic(), partition, at, |base, chunk| {
             let take = (budget - read).min(chunk.entries.len() as u64) as usize;
             *bound = (*bound).max(chunk.watermark);
             // A watermark holds only once its whole chunk has been read.

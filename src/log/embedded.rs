@@ -207,7 +207,7 @@ fn rewrite_start(
     keep: bool,
 ) -> Result<Option<u64>> {
     let prefix = keys::log_partition_prefix(topic.id, partition);
-    let Some(last) = last_base(db, topic, &prefix)? else {
+    let Some(last) = last_base(db, topic.family, &prefix)? else {
         return Ok(None);
     };
     let mut fold = Fold::default();
@@ -253,8 +253,8 @@ fn rewrite_start(
 }
 
 /// The base offset of a partition's last chunk.
-fn last_base(db: &rocksdb::DB, topic: Topic, prefix: &[u8]) -> Result<Option<u64>> {
-    let mut iter = db.raw_iterator_cf(crate::state::cf(db, topic.family));
+fn last_base(db: &rocksdb::DB, family: &str, prefix: &[u8]) -> Result<Option<u64>> {
+    let mut iter = db.raw_iterator_cf(crate::state::cf(db, family));
     iter.seek_for_prev(keys::prefix_end(prefix));
     iter.status()?;
     match iter.key() {
@@ -272,13 +272,10 @@ fn last_base(db: &rocksdb::DB, topic: Topic, prefix: &[u8]) -> Result<Option<u64
 /// the next start moves them again.
 pub fn move_changelog(db: &rocksdb::DB, view: u64) -> Result<bool> {
     const BATCH_BYTES: usize = 32 << 20;
-    let (from, to) = (Topic::table(view), Topic::changelog(view));
     let prefix = keys::table_prefix(view);
     let end = keys::prefix_end(&prefix);
-    let (old, new) = (
-        crate::state::cf(db, from.family),
-        crate::state::cf(db, to.family),
-    );
+    let old = crate::state::cf(db, crate::state::CF_LOG);
+    let new = crate::state::cf(db, crate::state::CF_CHANGELOG);
     let mut iter = db.raw_iterator_cf(old);
     iter.seek(&prefix);
     let mut batch = rocksdb::WriteBatch::default();
